@@ -1,0 +1,3 @@
+from krung.cli import main
+
+main()

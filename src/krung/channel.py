@@ -1,0 +1,176 @@
+"""The private channel between krung's processes: JSON headers plus raw tensor bytes.
+
+Nothing that crosses it is unpickled: a candidate could craft a pickle that runs code in
+the judge. A message is one JSON frame, with every tensor replaced by a small spec, followed
+by one raw frame per tensor. The channel is a socketpair created by the parent, whose child
+end is handed to the child process by file descriptor, so it is never the child's stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from multiprocessing import BufferTooShort
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from krung.results import json_safe
+
+TENSOR_KEY = "__tensor__"
+MAX_FRAME_BYTES = 1 << 36  # 64 GiB: larger than any output krung accepts
+
+
+class ChannelClosed(Exception):
+    """The other end is gone (its process exited or was killed)."""
+
+
+class Channel:
+    def __init__(self, connection: Connection):
+        self._conn = connection
+
+    @classmethod
+    def from_fd(cls, fd: int) -> Channel:
+        return cls(Connection(fd))
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def send(self, header: dict[str, Any]) -> None:
+        tensors: list[Any] = []
+        body = _replace_tensors(header, tensors)
+        body["__frames__"] = len(tensors)
+        try:
+            self._conn.send_bytes(json.dumps(json_safe(body), allow_nan=False).encode())
+            for tensor in tensors:
+                self._conn.send_bytes(_tensor_bytes(tensor))
+        except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+            raise ChannelClosed(str(exc)) from exc
+
+    def poll(self, timeout: float | None) -> bool:
+        return self._conn.poll(timeout)
+
+    def recv(self) -> dict[str, Any]:
+        """The next message; tensors come back as CPU tensors (torch is imported lazily)."""
+        try:
+            header = json.loads(self._conn.recv_bytes(MAX_FRAME_BYTES))
+            count = int(header.pop("__frames__", 0))
+            if not count:
+                return header
+            specs: list[dict[str, Any]] = []
+            _collect_specs(header, specs)
+            tensors = [self._recv_tensor(spec) for spec in sorted(specs, key=_index)]
+        except (EOFError, ConnectionResetError, OSError) as exc:
+            raise ChannelClosed(str(exc) or "end of stream") from exc
+        if len(tensors) != count:
+            raise ValueError(f"message announced {count} tensors and described {len(tensors)}")
+        return _restore_tensors(header, tensors)
+
+    def _recv_tensor(self, spec: dict[str, Any]) -> Any:
+        """Receive one tensor's bytes straight into its own storage (no extra copies)."""
+        import torch
+
+        dtype = getattr(torch, spec["dtype"])
+        shape = tuple(spec["shape"])
+        tensor = torch.empty(shape, dtype=dtype)
+        if tensor.numel() == 0:
+            self._conn.recv_bytes(MAX_FRAME_BYTES)
+            return tensor
+        buffer = tensor.reshape(-1).view(torch.uint8).numpy()
+        try:
+            size = self._conn.recv_bytes_into(buffer)
+        except BufferTooShort:
+            raise ValueError(f"tensor frame larger than its {shape} {dtype} spec") from None
+        if size != buffer.nbytes:
+            raise ValueError(f"tensor frame of {size} bytes for a {shape} {dtype} tensor")
+        return tensor
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def spawn(module: str, args: list[str], *, log: Path, env: dict[str, str] | None = None,
+          new_session: bool = False) -> tuple[subprocess.Popen, Channel]:
+    """Start `python -m module` with a private channel and its output going to `log`."""
+    parent_end, child_end = socket.socketpair()
+    child_fd = child_end.fileno()
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, "--fd", str(child_fd), *args],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            pass_fds=(child_fd,), env=env, start_new_session=new_session,
+        )
+    child_end.close()
+    connection = Connection(os.dup(parent_end.fileno()))
+    parent_end.close()
+    return process, Channel(connection)
+
+
+def tensor_spec(tensor: Any) -> dict[str, Any]:
+    """What a tensor is, beyond its values: enough to check an output's contract."""
+    import torch
+
+    strided = tensor.layout == torch.strided
+    return {
+        "dtype": str(tensor.dtype).removeprefix("torch."),
+        "shape": list(tensor.shape),
+        "stride": list(tensor.stride()) if strided else None,
+        "layout": str(tensor.layout).removeprefix("torch."),
+        "device": str(tensor.device),
+        "type": f"{type(tensor).__module__}.{type(tensor).__qualname__}",
+    }
+
+
+def _replace_tensors(value: Any, tensors: list[Any]) -> Any:
+    if _is_tensor(value):
+        tensors.append(value)
+        return {TENSOR_KEY: len(tensors) - 1, **tensor_spec(value)}
+    if isinstance(value, dict):
+        return {k: _replace_tensors(v, tensors) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_replace_tensors(v, tensors) for v in value]
+    return value
+
+
+def _collect_specs(value: Any, specs: list[dict[str, Any]]) -> None:
+    if isinstance(value, dict):
+        if TENSOR_KEY in value:
+            specs.append(value)
+        else:
+            for v in value.values():
+                _collect_specs(v, specs)
+    elif isinstance(value, list):
+        for v in value:
+            _collect_specs(v, specs)
+
+
+def _index(spec: dict[str, Any]) -> int:
+    return int(spec[TENSOR_KEY])
+
+
+def _restore_tensors(value: Any, tensors: list[Any]) -> Any:
+    if isinstance(value, dict):
+        if TENSOR_KEY in value:
+            return tensors[_index(value)]
+        return {k: _restore_tensors(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore_tensors(v, tensors) for v in value]
+    return value
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _tensor_bytes(tensor: Any) -> Any:
+    """A view of the tensor's bytes in host memory (copied only if it is not already there)."""
+    flat = tensor.detach().reshape(-1).contiguous().cpu()
+    if flat.numel() == 0:
+        return b""
+    import torch
+
+    return memoryview(flat.view(torch.uint8).numpy())

@@ -1,0 +1,243 @@
+"""The `krung` command. It calls only the public API (krung/__init__.py).
+
+Exit status (ExitCode): 0 every rung ok; 1 a rung failed; 2 bad usage or a broken problem;
+3 krung itself failed (the judge process died). Errors print as `Type: message` and a hint.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+import krung
+from krung import report
+from krung.scaffold import scaffold
+from krung.store import summary_of
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    INTERNAL = 3
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Develop GPU kernels in a verifiable loop: check, time and record every "
+                       "version.")
+# Wide when not a terminal, so tables piped to a file or read by an agent are never cut.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+StoreOption = Annotated[Path | None, typer.Option(
+    "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _settings(store: Path | None) -> krung.Settings:
+    settings = krung.Settings.from_env()
+    return settings.replace(store=store) if store else settings
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+@app.command()
+def run(
+    problem: Annotated[str, typer.Argument(help="Problem directory, or a built-in name.")],
+    solution: Annotated[Path, typer.Argument(help="The version: a .py file defining kernel().")],
+    rungs: Annotated[str | None, typer.Option(
+        help=f"Comma-separated rungs to climb (default all: {','.join(krung.RUNGS)}).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Fix the evaluation seed (to reproduce a "
+                                                  "run); fresh and random by default.")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        help="Seconds allowed for one call of the version.")] = None,
+    compile_timeout: Annotated[float | None, typer.Option(
+        help="Seconds allowed for the import and the first call (JIT compile).")] = None,
+    json_output: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Evaluate one version of a problem through the ladder and record the run."""
+    settings = _settings(store).replace(call_timeout_s=timeout,
+                                        compile_timeout_s=compile_timeout)
+    show = not json_output
+    status = err.status("starting", spinner="dots") if show and err.is_terminal else None
+
+    def on_env(env: dict) -> None:
+        if show and not getattr(on_env, "done", False):
+            out.print(report.device_notice(env))
+            on_env.done = True  # type: ignore[attr-defined]
+
+    def on_progress(rung: str, message: str) -> None:
+        if status is not None:
+            status.update(f"{rung}: {message}")
+
+    def on_result(result: krung.RungResult) -> None:
+        if show:
+            for line in report.rung_block(result):
+                out.print(line, markup=False)
+
+    if status is not None:
+        status.start()
+    try:
+        result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
+                                settings=settings, on_result=on_result,
+                                on_progress=on_progress, on_env=on_env)
+    finally:
+        if status is not None:
+            status.stop()
+    if json_output:
+        _print_json(result.to_json())
+    else:
+        _print_tables_and_verdict(result)
+    if result.error:
+        raise typer.Exit(ExitCode.INTERNAL)
+    raise typer.Exit(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+@app.command()
+def problems(json_output: JsonOption = False) -> None:
+    """List the built-in problems."""
+    found = krung.builtin_problems()
+    if json_output:
+        _print_json([{"name": n, "description": d} for n, d in found])
+        return
+    for name, description in found:
+        out.print(f"{name:<14} {description}", markup=False)
+
+
+@app.command()
+def new(
+    name: Annotated[str, typer.Argument(help="Name of the new problem (a directory).")],
+    directory: Annotated[Path, typer.Option("--dir", help="Where to create it.")] = Path("."),
+) -> None:
+    """Scaffold a problem directory and a first Triton version."""
+    target = scaffold(name, directory)
+    out.print(f"created {target}/problem.py and {target}/solutions/triton_v1.py", markup=False)
+    out.print(f"next: krung run {target} {target}/solutions/triton_v1.py", markup=False)
+
+
+@app.command()
+def history(
+    problem: Annotated[str, typer.Argument(help="Problem name (its directory's name).")],
+    limit: Annotated[int, typer.Option(help="Show at most this many runs.")] = 50,
+    json_output: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Every recorded version of a problem, newest first, with its verdict and time."""
+    runs = _open(store).history(_problem_name(problem), limit)
+    if json_output:
+        _print_json([{**_brief(r), **summary_of(r)} for r in runs])
+        return
+    if not runs:
+        out.print(f"no runs of {problem} in this store", markup=False)
+        return
+    out.print(report.history_table(runs, f"{_problem_name(problem)}: {len(runs)} run(s)"))
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="A run id, or a unique prefix of one.")],
+    source: Annotated[bool, typer.Option(help="Include the version's source.")] = False,
+    json_output: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """One run: its rungs, figures and failures."""
+    found = _open(store).get(run_id)
+    if json_output:
+        _print_json(found.to_json(with_source=source))
+        return
+    out.print(f"run {found.run_id}  {found.problem}  {found.solution}", markup=False)
+    out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}",
+              markup=False)
+    out.print(report.device_notice(found.env), markup=False)
+    for rung in found.rungs:
+        for line in report.rung_block(rung):
+            out.print(line, markup=False)
+    _print_tables_and_verdict(found)
+    if source:
+        out.print()
+        out.print(found.source, markup=False)
+
+
+@app.command()
+def best(
+    problem: Annotated[str, typer.Argument(help="Problem name (its directory's name).")],
+    json_output: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """The fastest passing version: lowest geometric mean of the bench-case medians,
+    among runs that passed every rung, compared only with runs on the same device."""
+    runs = [r for r in _open(store).history(_problem_name(problem), limit=10_000)
+            if r.ok and summary_of(r)["geomean_us"] is not None]
+    if not runs:
+        err.print(f"no passing, benchmarked run of {problem} in this store", markup=False)
+        raise typer.Exit(ExitCode.FAILED)
+    device = runs[0].device  # the newest run's device
+    chosen = min((r for r in runs if r.device == device),
+                 key=lambda r: summary_of(r)["geomean_us"])
+    rule = f"lowest geomean of bench-case medians among passing runs on {device}"
+    if json_output:
+        _print_json({**_brief(chosen), **summary_of(chosen), "rule": rule})
+        return
+    out.print(f"rule: {rule}", markup=False)
+    out.print(report.history_table([chosen], f"best of {len(runs)} passing run(s)"))
+
+
+def _print_tables_and_verdict(run: krung.Run) -> None:
+    for rung in run.rungs:
+        table = report.case_table(rung)
+        if table is not None:
+            out.print()
+            out.print(table)
+    out.print()
+    out.print(report.verdict(run), markup=False)
+
+
+def _open(store: Path | None) -> krung.Store:
+    return krung.Store(_settings(store).store)
+
+
+def _problem_name(spec: str) -> str:
+    """History is keyed by the problem directory's name; accept a path too."""
+    return Path(spec).resolve().name if Path(spec).is_dir() else spec
+
+
+def _brief(run: krung.Run) -> dict[str, Any]:
+    return {"run_id": run.run_id, "problem": run.problem, "solution": run.solution,
+            "device": run.device, "ok": run.ok, "started_at": run.started_at}
+
+
+def main() -> None:
+    try:
+        code = app(standalone_mode=False)  # click returns the exit code instead of exiting
+    except krung.KrungError as exc:
+        err.print(f"{type(exc).__name__}: {exc.message}", markup=False)
+        if exc.hint:
+            err.print(f"hint: {exc.hint}", markup=False)
+        sys.exit(ExitCode.USAGE)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("interrupted", markup=False)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(ExitCode.USAGE)
+        raise
+    sys.exit(code if isinstance(code, int) else ExitCode.OK)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""`evaluate`: one version of one problem up the ladder, recorded in the store.
+
+Runs in the caller's process, which never imports the version, the problem or even torch: it
+starts a judge process, streams the rung results it sends into the store and to the caller,
+and keeps a watchdog on it. If the judge dies, the run is still recorded, with why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from krung.candidate import LOG_TAIL_BYTES
+from krung.channel import ChannelClosed, spawn
+from krung.errors import KrungError, ProblemError, UsageError
+from krung.ladder import select
+from krung.problem import find_problem
+from krung.results import Run, RungResult
+from krung.settings import Settings
+from krung.solution import read_solution
+from krung.store import Store
+
+OnResult = Callable[[RungResult], None]
+OnProgress = Callable[[str, str], None]
+OnEnv = Callable[[dict], None]
+
+
+def evaluate(
+    problem: str | Path,
+    solution: str | Path,
+    *,
+    rungs: str | list[str] | None = None,
+    device: str | None = None,
+    store: str | Path | Store | None = None,
+    seed: int | None = None,
+    settings: Settings | None = None,
+    on_result: OnResult | None = None,
+    on_progress: OnProgress | None = None,
+    on_env: OnEnv | None = None,
+) -> Run:
+    """Climb the ladder for `solution` on `problem` and return the recorded Run.
+
+    Raises ProblemError when the problem is broken and UsageError for bad arguments; a
+    version that fails, crashes or hangs is a Run whose rung says so, never an exception.
+    """
+    settings = (settings or Settings.from_env()).replace(device=device)
+    problem_dir = find_problem(problem)
+    version = read_solution(solution)
+    names = select(rungs)
+    owned = not isinstance(store, Store)
+    db = store if isinstance(store, Store) else Store(store or settings.store)
+    run = Run(run_id="", problem=problem_dir.name, problem_path=str(problem_dir),
+              solution=str(version.path), source_sha256=version.sha256, source=version.source,
+              seed=seed if seed is not None else secrets.randbits(63))
+    try:
+        db.begin(run, names)
+        request = {
+            "problem": str(problem_dir), "solution": str(version.path), "rungs": names,
+            "device": settings.device, "seed": run.seed, "run_dir": str(db.artifacts_dir(
+                run.run_id)),
+            "settings": {k: str(v) if isinstance(v, Path) else v
+                         for k, v in settings.__dict__.items()},
+        }
+        _drive_judge(run, db, request, settings, on_result, on_progress, on_env)
+        db.finish(run)
+        return run
+    finally:
+        if owned:
+            db.close()
+
+
+def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
+                 on_result: OnResult | None, on_progress: OnProgress | None,
+                 on_env: OnEnv | None) -> None:
+    run_dir = Path(request["run_dir"])
+    process, channel = spawn("krung.judge", [], log=run_dir / "judge.log",
+                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    # The judge reports at least once per step, and each step has its own timeout there.
+    silence_limit = max(settings.compile_timeout_s, settings.call_timeout_s,
+                        settings.bench_timeout_s) + 120
+    worker_pid = None
+    try:
+        channel.send(request)
+        while True:
+            if not channel.poll(silence_limit):
+                process.kill()
+                raise _JudgeFailed(f"the judge sent nothing for {silence_limit:g} s and was "
+                                   "killed")
+            message = channel.recv()
+            kind = message.get("type")
+            if kind == "env":
+                run.env.update(message["env"])
+                worker_pid = run.env.get("worker_pid", worker_pid)
+                run.device = run.env.get("device_name", run.device)
+                db.update_env(run)
+                if on_env and "device" in message["env"]:
+                    on_env(run.env)
+            elif kind == "progress" and on_progress:
+                on_progress(message["rung"], message["message"])
+            elif kind == "rung":
+                result = RungResult.from_json(message["result"])
+                run.rungs.append(result)
+                db.add_rung(run.run_id, len(run.rungs) - 1, result)
+                if on_result:
+                    on_result(result)
+            elif kind == "problem_error":
+                db.discard(run.run_id)
+                raise ProblemError(request["problem"], [tuple(d) for d in message["defects"]])
+            elif kind == "error":
+                if message.get("usage"):
+                    db.discard(run.run_id)
+                    raise UsageError(message["message"], hint=message.get("hint"))
+                raise _JudgeFailed(message["message"], message.get("details"))
+            elif kind == "done":
+                break
+    except ChannelClosed:
+        code = process.wait()
+        run.error = (f"the judge process exited with status {code} before the evaluation "
+                     f"ended; its log ends with:\n{_tail(run_dir / 'judge.log')}")
+    except _JudgeFailed as exc:
+        run.error = str(exc) + (f"\n{exc.details}" if exc.details else "")
+    finally:
+        _stop(process, worker_pid if run.error else None)
+        channel.close()
+
+
+class _JudgeFailed(KrungError):
+    def __init__(self, message: str, details: str | None = None):
+        super().__init__(message)
+        self.details = details
+
+
+def _stop(process: subprocess.Popen, worker_pid: int | None) -> None:
+    """End the judge and, should it have left one behind, its worker's process group."""
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if worker_pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker_pid, signal.SIGKILL)
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-LOG_TAIL_BYTES:]
+    except OSError:
+        return ""
+    return data.decode(errors="replace")

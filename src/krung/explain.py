@@ -1,0 +1,176 @@
+"""Turn an exception raised by a version into facts an agent can act on.
+
+The answer names the line in the version's own file (not krung's, not Triton's), shows it
+with a caret, says whether it is a compile or a run-time error, and adds a hint when the
+error is one we know. Runs inside the candidate worker: stdlib only.
+"""
+
+from __future__ import annotations
+
+import linecache
+import traceback
+from pathlib import Path
+from typing import Any
+
+# (text found in the error, hint). First match wins; keep the most specific first.
+HINTS: list[tuple[str, str]] = [
+    ("only 0-dimensional arrays can be converted to Python scalars",
+     "Triton's interpreter breaks on numpy 2.4 and newer: pip install 'numpy<2.4'"),
+    ("arange's range must be a power of 2",
+     "tl.arange needs a power-of-two length: round the block up with "
+     "triton.next_power_of_2(n) and mask the tail"),
+    ("out of resource: shared memory",
+     "the tiles need more shared memory than the SM has: use smaller BLOCK sizes or fewer "
+     "num_stages"),
+    ("an illegal memory access was encountered",
+     "a load or store went out of bounds: check the masks and the pointer arithmetic; the CUDA "
+     "context is now unusable, so later calls in this process fail too"),
+    ("misaligned address",
+     "a vector load or store is not aligned: check the pointer offsets and the dtype sizes"),
+    ("CUDA out of memory",
+     "the version allocates more GPU memory than is free: allocate outputs once, free "
+     "temporaries, or work in chunks"),
+    ("Pointer argument cannot be accessed from Triton (cpu tensor?)",
+     "a tensor passed to the kernel is on the CPU: create outputs on the inputs' device"),
+    ("must be a CUDA tensor", "create outputs on the inputs' device (device=x.device)"),
+    ("No module named 'triton'", "install Triton: pip install triton"),
+    ("No module named 'cupy'", "install CuPy: pip install cupy-cuda12x (or cupy-cuda13x)"),
+    ("No module named 'cutlass'", "install CuTeDSL: pip install nvidia-cutlass-dsl"),
+    ("No module named 'tilelang'", "install TileLang: pip install tilelang"),
+    ("No module named 'numba'", "install numba-cuda: pip install numba-cuda"),
+]
+
+COMPILE_ERRORS = {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",
+                  "SyntaxError", "IndentationError", "TabError", "NVRTCError",
+                  "CompileException"}
+
+
+def hint_for(text: str) -> str | None:
+    return next((hint for needle, hint in HINTS if needle in text), None)
+
+
+def explain(exc: BaseException, solution: Path, stage: str) -> dict[str, Any]:
+    """A JSON-ready description of `exc` raised while `stage` ("load" or "call") ran."""
+    chain = _chain(exc)
+    compile_error = next((e for e in chain if type(e).__name__ in COMPILE_ERRORS), None)
+    if compile_error is not None and type(compile_error).__name__.startswith("Compil"):
+        info = _triton_compile_error(compile_error, solution)
+    elif isinstance(compile_error, SyntaxError):
+        info = _syntax_error(compile_error)
+    else:
+        culprit = _innermost_with_frame_in(chain, solution) or exc
+        info = _runtime_error(culprit, solution)
+        if compile_error is not None:
+            info["type"] = type(compile_error).__name__
+    kind = "compile" if compile_error is not None else ("load" if stage == "load" else "runtime")
+    text = f"{info['type']}: {info['message']}\n{info.get('details') or ''}"
+    if isinstance(exc, SystemExit):
+        info["message"] = f"the version called sys.exit({exc.code!r})"
+        info["hint"] = "a version must return its outputs, never exit the process"
+    else:
+        info["hint"] = hint_for(text)
+    info["kind"] = kind
+    return info
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _innermost_with_frame_in(chain: list[BaseException], solution: Path) -> BaseException | None:
+    for exc in reversed(chain):  # the root cause first
+        if _frames_in(exc, solution):
+            return exc
+    return None
+
+
+def _frames_in(exc: BaseException, solution: Path) -> list[traceback.FrameSummary]:
+    target = str(solution)
+    return [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == target]
+
+
+def _first_line(message: str) -> str:
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _runtime_error(exc: BaseException, solution: Path) -> dict[str, Any]:
+    frames = _frames_in(exc, solution)
+    message = str(exc).strip() or repr(exc)
+    info: dict[str, Any] = {"type": type(exc).__name__, "message": _first_line(message),
+                            "location": None}
+    tail = _trimmed_traceback(exc, solution)
+    if frames:
+        frame = frames[-1]
+        info["location"] = f"{frame.filename}:{frame.lineno}"
+        excerpt = _excerpt(frame.filename, frame.lineno or 0, getattr(frame, "colno", None),
+                           getattr(frame, "end_colno", None))
+        info["details"] = f"{excerpt}\n\n{tail}" if excerpt else tail
+    else:
+        info["details"] = tail
+    if len(message.splitlines()) > 1:
+        info["details"] = f"{message}\n\n{info['details']}"
+    return info
+
+
+def _trimmed_traceback(exc: BaseException, solution: Path) -> str:
+    """The version's own frames and the last few library frames below them: no worker frames."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [i for i, f in enumerate(frames) if f.filename == str(solution)]
+    if mine:
+        frames = traceback.StackSummary.from_list(
+            frames[mine[0]:mine[-1] + 1] + frames[mine[-1] + 1:][-3:])
+    else:
+        frames = traceback.StackSummary.from_list(frames[-6:])
+    lines = ["Traceback (most recent call last):\n", *frames.format(),
+             *traceback.format_exception_only(type(exc), exc)]
+    return "".join(lines).rstrip()
+
+
+def _syntax_error(exc: SyntaxError) -> dict[str, Any]:
+    location = f"{exc.filename}:{exc.lineno}" if exc.filename else None
+    excerpt = _excerpt(exc.filename or "", exc.lineno or 0, exc.offset and exc.offset - 1, None)
+    return {"type": type(exc).__name__, "message": exc.msg, "location": location,
+            "details": excerpt}
+
+
+def _triton_compile_error(exc: BaseException, solution: Path) -> dict[str, Any]:
+    """Triton reports lines relative to the @jit function; map them to the version's file."""
+    src: str = getattr(exc, "src", None) or ""
+    node = getattr(exc, "node", None)
+    message = (getattr(exc, "error_message", None) or "").strip()
+    if not message and exc.__cause__ is not None:
+        message = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+    relative = getattr(node, "lineno", None)
+    location = None
+    if src and relative:
+        def_line = src.lstrip("\n").split("\n", 1)[0].strip()
+        try:
+            lines = solution.read_text().splitlines()
+        except OSError:
+            lines = []
+        starts = [i + 1 for i, line in enumerate(lines) if line.strip() == def_line]
+        if starts:
+            location = f"{solution}:{starts[0] + relative - 1}"
+    return {"type": type(exc).__name__,
+            "message": _first_line(message) or "Triton could not compile the kernel",
+            "location": location, "details": str(exc).strip()}
+
+
+def _excerpt(filename: str, lineno: int, col: int | None, end_col: int | None) -> str:
+    """The failing line with the two before it and a caret under the failing part."""
+    if not filename or lineno <= 0:
+        return ""
+    lines = []
+    for number in range(max(1, lineno - 2), lineno + 1):
+        text = linecache.getline(filename, number).rstrip("\n")
+        lines.append(f"{number:5d} | {text}")
+    if col is not None:
+        width = max(1, (end_col or col + 1) - col)
+        lines.append(" " * 8 + " " * col + "^" * width)
+    return "\n".join(lines)

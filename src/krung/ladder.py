@@ -1,0 +1,138 @@
+"""The ladder: rungs in order, each a module under krung/rungs with `NEEDS` and `run(ctx)`.
+
+A rung returns its figures or raises RungFailed; `climb` turns either (or any other
+exception) into a RungResult. A rung is skipped when a rung it needs failed or was skipped;
+a needed rung that was not selected does not block it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from krung.errors import RungFailed, UsageError
+from krung.results import RungResult, Status
+
+if TYPE_CHECKING:
+    from krung.candidate import Candidate
+    from krung.problem import Problem
+    from krung.settings import Settings
+    from krung.solution import Solution
+
+# The implemented rungs, in the order they run.
+RUNGS = ("static", "compile", "run", "correctness", "benchmark")
+DEFAULT_LADDER = RUNGS
+
+
+class RungSkipped(Exception):
+    """Raised by a rung that cannot run here (e.g. no GPU for the profiler)."""
+
+
+def select(spec: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The rungs to climb, in ladder order, from `a,b` or a list; all by default."""
+    if spec is None or spec == "" or spec == []:
+        return list(DEFAULT_LADDER)
+    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else list(spec)
+    unknown = [n for n in names if n not in RUNGS]
+    if unknown:
+        raise UsageError(f"unknown rung(s): {', '.join(unknown)}",
+                         hint=f"choose from: {','.join(RUNGS)}")
+    return [n for n in RUNGS if n in names]
+
+
+@dataclass
+class Context:
+    """What every rung can use. Lives in the judge process."""
+
+    problem: Problem
+    solution: Solution
+    device: str
+    candidate: Candidate
+    settings: Settings
+    seed: int
+    run_dir: Path
+    results: dict[str, RungResult] = field(default_factory=dict)
+    progress: Callable[[str, str], None] = lambda rung, message: None
+    loaded: bool = False
+
+    def seed_for(self, purpose: str, *parts: Any) -> int:
+        """A case seed derived from the evaluation's secret seed: fresh for every run."""
+        text = "/".join(str(p) for p in (self.seed, purpose, *parts))
+        return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+    def make_inputs(self, case: dict, seed: int) -> tuple:
+        return tuple(self.problem.make_inputs(dict(case), seed, self.device))
+
+    def expected(self, inputs: tuple) -> list:
+        """The reference's outputs, on copies so the reference cannot alter the inputs."""
+        result = self.problem.reference(*[t.clone() for t in inputs])
+        return list(result) if isinstance(result, (tuple, list)) else [result]
+
+    def load(self) -> dict[str, Any]:
+        """Import the version in the worker (once); raise RungFailed if that fails."""
+        what = "the import of the version"
+        reply = self.candidate.request({"op": "load", "path": str(self.solution.path)},
+                                       self.settings.compile_timeout_s, what)
+        if not reply.get("ok"):
+            raise failure(reply["error"], what)
+        self.loaded = True
+        return reply
+
+    def call(self, inputs: tuple, what: str, timeout: float | None = None) -> dict[str, Any]:
+        """Run the version once on `inputs` in the worker; raise RungFailed if it fails."""
+        if not self.loaded:
+            self.load()
+        reply = self.candidate.request({"op": "call", "inputs": list(inputs)},
+                                       timeout or self.settings.call_timeout_s, what)
+        if not reply.get("ok"):
+            raise failure(reply["error"], what)
+        return reply
+
+
+def failure(error: dict[str, Any], what: str) -> RungFailed:
+    """A worker's error record as a RungFailed."""
+    return RungFailed(error.get("type", "Error"), f"{error.get('message', '')} (in {what})",
+                      error.get("hint"), location=error.get("location"),
+                      details=error.get("details"))
+
+
+def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None]) -> None:
+    for name in names:
+        module = importlib.import_module(f"krung.rungs.{name}")
+        blocked = [need for need in module.NEEDS
+                   if need in ctx.results and not ctx.results[need].ok]
+        if blocked:
+            need = blocked[0]
+            state = ctx.results[need].status.value
+            result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}")
+        else:
+            result = run_rung(name, module.run, ctx)
+        ctx.results[name] = result
+        emit(result)
+
+
+def run_rung(name: str, fn: Callable[[Context], dict[str, Any]], ctx: Context) -> RungResult:
+    start = time.perf_counter()
+    try:
+        figures = fn(ctx)
+        result = RungResult(name, Status.OK, figures=figures)
+    except RungSkipped as skip:
+        result = RungResult(name, Status.SKIPPED, reason=str(skip))
+    except RungFailed as failed:
+        result = RungResult(name, Status.FAILED, figures=failed.figures,
+                            error=f"{failed.error_type}: {failed.message}",
+                            error_type=failed.error_type, hint=failed.hint,
+                            location=failed.location, details=failed.details)
+    except Exception as exc:  # krung's or the problem's own fault, not the version's
+        result = RungResult(
+            name, Status.FAILED, error=f"{type(exc).__name__}: {exc}", error_type="InternalError",
+            hint="this error comes from krung or from the problem's code, not from the version",
+            details=traceback.format_exc())
+    result.duration_s = time.perf_counter() - start
+    return result

@@ -1,0 +1,174 @@
+"""krung's own problem format: a directory with `problem.py`.
+
+Loading checks the structure (functions, signatures, cases) and then the behaviour of the
+input generator on the smallest test case (deterministic in its seed, never all zeros), and
+reports every defect at once, each with its fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from krung import tolerance
+from krung.errors import ProblemError
+from krung.problem import PROBLEM_FILE, Problem, case_size
+
+Defects = list[tuple[str, str]]
+
+# name -> (arguments a call must accept, the fix when it does not)
+_FUNCTIONS = {
+    "reference": (None, "define `def reference(*inputs)` returning a tensor or a tuple of tensors"),
+    "make_inputs": (({"n": 1, "dtype": "float32"}, 0, "cpu"),
+                    "define `def make_inputs(case: dict, seed: int, device: str) -> tuple`"),
+    "flops": (({"n": 1, "dtype": "float32"},),
+              "define `def flops(case: dict) -> int` (the minimum floating-point operations)"),
+    "bytes_moved": (({"n": 1, "dtype": "float32"},),
+                    "define `def bytes_moved(case: dict) -> int` (each input read once, each "
+                    "output written once)"),
+}
+_DTYPES = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+           "int64", "int32", "int16", "int8", "uint8", "bool"}
+
+
+def import_file(path: Path, module_name: str) -> ModuleType:
+    """Import one file as a fresh module, with its directory importable for its helpers."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def load_native(path: Path) -> Problem:
+    file = path / PROBLEM_FILE
+    try:
+        module = import_file(file, f"krung_problem_{path.name}")
+    except Exception as exc:  # the problem's own code raised: report where
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise ProblemError(str(path), [(
+            f"{PROBLEM_FILE} raised {type(exc).__name__}: {exc} at line {frame.lineno}",
+            f"fix {frame.filename}:{frame.lineno}",
+        )]) from exc
+    defects = check_structure(module)
+    if defects:
+        raise ProblemError(str(path), defects)
+    return Problem(
+        name=path.name,
+        path=path,
+        reference=module.reference,
+        make_inputs=module.make_inputs,
+        test_cases=list(module.test_cases),
+        bench_cases=list(module.bench_cases),
+        cpu_bench_cases=list(getattr(module, "cpu_bench_cases", [])),
+        flops=module.flops,
+        bytes_moved=module.bytes_moved,
+        tolerance=getattr(module, "tolerance", None),
+        description=str(getattr(module, "description", "") or (module.__doc__ or "")).strip(),
+    )
+
+
+def check_structure(module: ModuleType) -> Defects:
+    defects: Defects = []
+    for name, (args, fix) in _FUNCTIONS.items():
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            defects.append((f"`{name}` is missing", fix))
+        elif args is not None and not _accepts(fn, args):
+            defects.append((f"`{name}{_signature(fn)}` cannot be called as `{name}"
+                            f"({', '.join(repr(a) for a in args)})`", fix))
+    for attr in ("test_cases", "bench_cases", "cpu_bench_cases"):
+        required = attr != "cpu_bench_cases"
+        cases = getattr(module, attr, None)
+        if cases is None and not required:
+            continue
+        defects += _check_cases(attr, cases)
+    dtypes = {c.get("dtype") for c in getattr(module, "test_cases", []) or []
+              if isinstance(c, dict)}
+    for message in tolerance.check_override(getattr(module, "tolerance", None),
+                                            {d for d in dtypes if isinstance(d, str)}):
+        defects.append((message, "see krung.tolerance for the policy names and fields"))
+    return defects
+
+
+def _check_cases(attr: str, cases: Any) -> Defects:
+    example = '[{"rows": 127, "cols": 1000, "dtype": "float32"}, ...]'
+    if not isinstance(cases, (list, tuple)) or not cases:
+        return [(f"`{attr}` is missing or empty", f"define `{attr} = {example}`")]
+    defects: Defects = []
+    for i, case in enumerate(cases):
+        if not isinstance(case, dict):
+            defects.append((f"{attr}[{i}] is a {type(case).__name__}, not a dict",
+                            f"write each case as a dict, e.g. {example}"))
+        elif "dtype" not in case:
+            defects.append((f"{attr}[{i}] = {case} has no dtype",
+                            'add "dtype": "float32" (or another torch dtype name) to it'))
+        elif case["dtype"] not in _DTYPES:
+            defects.append((f"{attr}[{i}] has dtype {case['dtype']!r}, not a torch dtype name",
+                            f"use one of {sorted(_DTYPES)}"))
+    return defects
+
+
+def check_behaviour(problem: Problem, device: str) -> None:
+    """Run the generator and the reference on the smallest test case; raise on defects."""
+    import torch
+
+    case = min(problem.test_cases, key=case_size)
+    defects: Defects = []
+    fix_seed = ("seed a generator from `seed` and pass it to every random call: "
+                "`g = torch.Generator(device=device).manual_seed(seed)`")
+    try:
+        first = problem.make_inputs(dict(case), 1234, device)
+        again = problem.make_inputs(dict(case), 1234, device)
+        other = problem.make_inputs(dict(case), 4321, device)
+    except Exception as exc:
+        raise ProblemError(str(problem.path), [(
+            f"make_inputs({case}, seed, {device!r}) raised {type(exc).__name__}: {exc}",
+            "make make_inputs work for every declared case on this device")]) from exc
+    if not isinstance(first, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in first):
+        raise ProblemError(str(problem.path), [(
+            f"make_inputs returned {type(first).__name__}, not a tuple of tensors",
+            "return a tuple of tensors, in the order reference(*inputs) takes them")])
+    tensors = [t for t in first if t.numel() > 0]
+    if any(not bool(t.ne(0).any()) for t in tensors):
+        defects.append(("make_inputs returned an all-zero tensor",
+                        "draw random values (torch.randn/rand with the seeded generator)"))
+    if not all(torch.equal(a, b) for a, b in zip(first, again, strict=True)):
+        defects.append(("make_inputs is not deterministic: the same seed gave different inputs",
+                        fix_seed))
+    elif all(torch.equal(a, b) for a, b in zip(first, other, strict=True)):
+        defects.append(("make_inputs ignores its seed: two seeds gave the same inputs", fix_seed))
+    try:
+        problem.reference(*first)
+    except Exception as exc:
+        defects.append((f"reference(*make_inputs({case}, ...)) raised {type(exc).__name__}: {exc}",
+                        "make the reference run on every declared case"))
+    if defects:
+        raise ProblemError(str(problem.path), defects)
+
+
+def _accepts(fn: Any, args: tuple) -> bool:
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        return False
+    except ValueError:  # builtins without a signature: let the call tell
+        return True
+    return True
+
+
+def _signature(fn: Any) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except ValueError:
+        return "(...)"

@@ -1,0 +1,55 @@
+"""static: the version parses, defines the entry point, and keeps away from the reference.
+
+Reads the file; imports nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from krung.errors import RungFailed
+from krung.ladder import Context
+from krung.solution import ENTRY_POINT, detect_dsl, entry_point, imported_modules
+
+NEEDS: tuple[str, ...] = ()
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    solution = ctx.solution
+    try:
+        tree = ast.parse(solution.source, filename=str(solution.path))
+    except SyntaxError as exc:
+        line = (exc.text or "").rstrip("\n")
+        caret = " " * max((exc.offset or 1) - 1, 0) + "^"
+        raise RungFailed("SyntaxError", exc.msg, "fix the syntax at the line shown",
+                         location=f"{solution.path}:{exc.lineno}",
+                         details=f"{exc.lineno:5d} | {line}\n        {caret}") from None
+    if entry_point(tree) is None:
+        raise RungFailed("EntryPointMissing", f"{solution.name} defines no `{ENTRY_POINT}`",
+                         f"define `def {ENTRY_POINT}(*inputs)` at module level, taking the "
+                         "reference's inputs in the same order and returning its outputs",
+                         location=str(solution.path))
+    forbidden = _problem_modules(ctx)
+    for module, line in imported_modules(tree):
+        if module.split(".")[0] in forbidden:
+            raise RungFailed("ImportsReference", f"line {line} imports `{module}` from the problem",
+                             "a version must compute the result itself: do not import the "
+                             "problem or its reference",
+                             location=f"{solution.path}:{line}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(
+                f"{name}.py" in node.value for name in forbidden):
+            raise RungFailed("ImportsReference",
+                             f"line {node.lineno} names the problem's file ({node.value!r})",
+                             "a version must not read or load the problem's files",
+                             location=f"{solution.path}:{node.lineno}")
+    return {"dsl": detect_dsl(tree), "lines": len(solution.source.splitlines()),
+            "sha256": solution.sha256[:12]}
+
+
+def _problem_modules(ctx: Context) -> set[str]:
+    """Module names a version could use to reach the problem's code."""
+    names = {"problem", "reference"}
+    names.update(p.stem for p in ctx.problem.path.glob("*.py"))
+    return names

@@ -1,0 +1,84 @@
+"""Every setting krung reads, declared once, typed, with its environment variable.
+
+Command-line options and `evaluate()` arguments override these; nothing else in krung reads
+the environment for its own settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from krung.errors import UsageError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    help: str
+
+
+_SETTINGS = {
+    "store": Setting("KRUNG_STORE", "SQLite file of the run store (artifacts go beside it)"),
+    "device": Setting("KRUNG_DEVICE", "auto, cpu or cuda; auto takes CUDA when torch sees a GPU"),
+    "seeds": Setting("KRUNG_SEEDS", "seeds per test case in the correctness rung"),
+    "compile_timeout_s": Setting("KRUNG_COMPILE_TIMEOUT", "seconds for import + first call"),
+    "call_timeout_s": Setting("KRUNG_CALL_TIMEOUT", "seconds for one call of the version"),
+    "bench_timeout_s": Setting("KRUNG_BENCH_TIMEOUT", "seconds for timing one bench case"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    store: Path = field(default_factory=lambda: Path(".krung") / "krung.db")
+    device: str = "auto"
+    seeds: int = 3
+    compile_timeout_s: float = 180.0
+    call_timeout_s: float = 120.0
+    bench_timeout_s: float = 300.0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, setting in _SETTINGS.items():
+            raw = env.get(setting.env)
+            if raw is None or raw == "":
+                continue
+            values[name] = _parse(name, setting.env, raw)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def replace(self, **changes: object) -> Settings:
+        checked = {k: _parse(k, f"--{k.replace('_', '-')}", v) for k, v in changes.items()
+                   if v is not None}
+        return dataclasses.replace(self, **checked)  # type: ignore[arg-type]
+
+
+def _parse(name: str, source: str, raw: object) -> object:
+    kind = Settings.__dataclass_fields__[name].type
+    try:
+        if kind == "Path":
+            return Path(raw)  # type: ignore[arg-type]
+        if kind == "int":
+            value: object = int(raw)  # type: ignore[call-overload]
+            if value <= 0:  # type: ignore[operator]
+                raise ValueError
+            return value
+        if kind == "float":
+            value = float(raw)  # type: ignore[arg-type]
+            if not value > 0:  # type: ignore[operator]
+                raise ValueError
+            return value
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"{source}={raw!r} is not a valid {kind}",
+            hint=f"set {source} to a positive {kind} ({_SETTINGS[name].help})",
+        ) from None
+    if name == "device" and raw not in DEVICES:
+        raise UsageError(f"{source}={raw!r} is not a device krung knows",
+                         hint=f"use one of: {', '.join(DEVICES)}")
+    return raw

@@ -1,0 +1,89 @@
+"""A version (solution): one Python file with a `kernel` entry point, in any DSL.
+
+Everything here reads the file without importing it: importing a version happens only in the
+candidate worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from krung.errors import UsageError
+
+ENTRY_POINT = "kernel"
+
+# Top-level module imported -> DSL. The first match in this order wins, so a CUDA C++
+# version that also imports triton for a helper is still reported as CUDA.
+_DSL_BY_MODULE = [
+    ("cutlass", "cutedsl"),
+    ("tilelang", "tilelang"),
+    ("torch.utils.cpp_extension", "cuda"),
+    ("cuda.core", "cuda"),
+    ("cuda.bindings", "cuda"),
+    ("numba", "numba"),
+    ("cupy", "cupy"),
+    ("triton", "triton"),
+]
+
+
+@dataclass(frozen=True)
+class Solution:
+    path: Path
+    source: str
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def read_solution(path: str | Path) -> Solution:
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"no version file at {path}",
+                         hint="give the path of a .py file that defines `kernel(*inputs)`")
+    if file.suffix != ".py":
+        raise UsageError(f"{path} is not a Python file",
+                         hint="a version is one .py file that defines `kernel(*inputs)`")
+    data = file.read_bytes()
+    return Solution(path=file.resolve(), source=data.decode(errors="replace"),
+                    sha256=hashlib.sha256(data).hexdigest())
+
+
+def imported_modules(tree: ast.AST) -> list[tuple[str, int]]:
+    """(module, line) of every import in the file, at any depth."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+            found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:  # relative: `from . import x`
+            found += [(alias.name, node.lineno) for alias in node.names]
+    return found
+
+
+def detect_dsl(tree: ast.AST) -> str:
+    modules = [name for name, _ in imported_modules(tree)]
+    for prefix, dsl in _DSL_BY_MODULE:
+        if any(name == prefix or name.startswith(prefix + ".") for name in modules):
+            return dsl
+    return "torch"
+
+
+def entry_point(tree: ast.Module) -> ast.AST | None:
+    """The module-level statement that defines `kernel`, if there is one."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == ENTRY_POINT:
+            return node
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == ENTRY_POINT for t in node.targets):
+            return node
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (alias.asname or alias.name) == ENTRY_POINT for alias in node.names):
+            return node
+    return None

@@ -1,0 +1,179 @@
+"""The candidate worker: the only process that imports a version.
+
+Started by the judge as `python -m krung.worker --fd N --device D`. It answers requests on
+its private channel: `load` imports the version, `call` runs it once on the inputs it is
+sent, `time` times it. Whatever the version raises comes back explained (explain.py); if it
+crashes the process, the judge sees the channel close and reports how it died.
+
+Imports stay lean (stdlib, torch; triton only through the version) so it starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import importlib.util
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from krung.channel import Channel, ChannelClosed, tensor_spec
+
+ENTRY_POINT = "kernel"
+
+
+class Worker:
+    def __init__(self, channel: Channel, device: str):
+        self.channel = channel
+        self.device = device
+        self.kernel: Any = None
+        self.solution: Path | None = None
+        self.last_inputs: list[Any] = []  # on the device; `time` may reuse them
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request = self.channel.recv()
+            except ChannelClosed:
+                return
+            op = request.get("op")
+            handler = getattr(self, f"op_{op}", None)
+            if handler is None:
+                self.channel.send({"ok": False, "error": {
+                    "type": "ProtocolError", "message": f"unknown op {op!r}", "kind": "internal"}})
+                continue
+            try:
+                reply = handler(request)
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt too: report them
+                reply = {"ok": False, "error": self.explain(exc, "load" if op == "load" else "call")}
+            self.channel.send(reply)
+
+    def explain(self, exc: BaseException, stage: str) -> dict[str, Any]:
+        from krung.explain import explain
+
+        return explain(exc, self.solution or Path("?"), stage)
+
+    def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.solution = Path(request["path"]).resolve()
+        start = time.perf_counter()
+        module = _import_version(self.solution)
+        if self.device == "cpu" and "triton" in sys.modules:
+            from krung.interpreter import fix_bfloat16
+
+            fix_bfloat16()
+        kernel = getattr(module, ENTRY_POINT, None)
+        if not callable(kernel):
+            return {"ok": False, "error": {
+                "type": "EntryPointMissing", "kind": "load", "location": str(self.solution),
+                "message": f"{self.solution.name} defines no callable `{ENTRY_POINT}`",
+                "hint": f"define `def {ENTRY_POINT}(*inputs)` with the reference's signature"}}
+        self.kernel = kernel
+        triton = sys.modules.get("triton")
+        return {"ok": True, "load_s": time.perf_counter() - start,
+                "triton": getattr(triton, "__version__", None)}
+
+    def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        inputs = self.to_device(request["inputs"])
+        self.last_inputs = inputs
+        self.synchronize()
+        start = time.perf_counter()
+        result = self.kernel(*inputs)
+        self.synchronize()
+        elapsed = time.perf_counter() - start
+        outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+        for i, output in enumerate(outputs):
+            if not isinstance(output, torch.Tensor):
+                return {"ok": False, "error": {
+                    "type": "OutputType", "kind": "runtime",
+                    "message": f"output {i} is a {type(output).__name__}, not a torch.Tensor",
+                    "hint": "return the output tensor (or a tuple of them), as the reference does"}}
+            if output.layout != torch.strided:
+                return {"ok": False, "error": {
+                    "type": "OutputType", "kind": "runtime",
+                    "message": f"output {i} has layout {output.layout}, not torch.strided",
+                    "hint": "return a dense tensor, as the reference does"}}
+        return {"ok": True, "outputs": outputs, "specs": [tensor_spec(o) for o in outputs],
+                "tuple": isinstance(result, (tuple, list)), "call_s": elapsed}
+
+    def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
+        from krung.timing import TimingPlan, time_call
+
+        given = request.get("inputs")
+        inputs = self.last_inputs if given is None else self.to_device(given)
+        kernel = self.kernel
+        timing = time_call(lambda: kernel(*inputs), self.device, TimingPlan(**request["plan"]))
+        return {"ok": True, "timing": timing.to_json()}
+
+    def to_device(self, tensors: list[Any]) -> list[Any]:
+        if self.device == "cpu":
+            return tensors
+        return [t.to(self.device) for t in tensors]
+
+    def synchronize(self) -> None:
+        if self.device != "cpu":
+            import torch
+
+            torch.cuda.synchronize()
+
+
+def _import_version(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("krung_version", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["krung_version"] = module
+    sys.path.insert(0, str(path.parent))  # the version may import files beside it
+    spec.loader.exec_module(module)
+    return module
+
+
+def resolve_device(requested: str) -> str:
+    """`auto` takes CUDA when torch sees a GPU. Must run before the version imports Triton."""
+    import torch
+
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors
+    return requested
+
+
+def describe_device(device: str) -> dict[str, Any]:
+    import torch
+
+    facts: dict[str, Any] = {"device": device, "torch": torch.__version__,
+                             "cuda": torch.version.cuda, "python": sys.version.split()[0]}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        facts.update(device_name=props.name, sm=f"{props.major}.{props.minor}",
+                     sms=props.multi_processor_count, l2_bytes=props.L2_cache_size,
+                     memory_bytes=props.total_memory)
+    else:
+        facts["device_name"] = "cpu (Triton interpreter)"
+    return facts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m krung.worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+    faulthandler.enable()  # a segfault prints the Python stack to the log
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the judge asks on a timeout
+    channel = Channel.from_fd(args.fd)
+    device = resolve_device(args.device)
+    if device == "cuda":
+        import torch
+
+        torch.cuda.init()
+    channel.send({"ok": True, "pid": os.getpid(), **describe_device(device)})
+    Worker(channel, device).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Shared fixtures: a private store per test, the real `krung` command in a subprocess, and
+small problems and versions written to a temporary directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROBLEMS = REPO / "problems"
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self):
+        return json.loads(self.stdout)
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    return tmp_path / "store" / "krung.db"
+
+
+@pytest.fixture
+def krung(store, tmp_path):
+    """Run the real `krung` command in a subprocess, with a private store, on the CPU unless
+    the test passes --device."""
+
+    def run(*args: str, timeout: float = 600, env: dict | None = None) -> Result:
+        environ = dict(os.environ, KRUNG_STORE=str(store), KRUNG_DEVICE="cpu", **(env or {}))
+        done = subprocess.run([sys.executable, "-m", "krung", *map(str, args)],
+                              capture_output=True, text=True, timeout=timeout, env=environ,
+                              cwd=tmp_path)
+        return Result(done.returncode, done.stdout, done.stderr)
+
+    return run
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+# A small torch-only problem: fast to evaluate, so the harness itself is what is tested.
+SCALE_PROBLEM = '''
+    """y = 2x + 1 over a 1-D tensor."""
+    import torch
+
+    description = "y = 2x + 1"
+
+    def reference(x):
+        return x * 2 + 1
+
+    def make_inputs(case, seed, device):
+        g = torch.Generator(device=device).manual_seed(seed)
+        return (torch.randn(case["n"], generator=g, device=device).to(getattr(torch, case["dtype"])),)
+
+    test_cases = [{"n": 1, "dtype": "float32"}, {"n": 1000, "dtype": "float32"},
+                  {"n": 4099, "dtype": "bfloat16"}]
+    bench_cases = [{"n": 1 << 20, "dtype": "float32"}]
+    cpu_bench_cases = [{"n": 4096, "dtype": "float32"}]
+
+    def flops(case):
+        return 2 * case["n"]
+
+    def bytes_moved(case):
+        return 8 * case["n"]
+'''
+
+
+@pytest.fixture
+def scale_problem(tmp_path) -> Path:
+    write(tmp_path / "scale" / "problem.py", SCALE_PROBLEM)
+    return tmp_path / "scale"
+
+
+@pytest.fixture
+def version(tmp_path):
+    """Write a version file: version("name", source) -> its path."""
+
+    def make(name: str, source: str) -> Path:
+        return write(tmp_path / "versions" / f"{name}.py", source)
+
+    return make

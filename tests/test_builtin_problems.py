@@ -1,0 +1,71 @@
+"""Every built-in problem: its Triton versions pass, its deliberately wrong version fails.
+
+On a machine without a GPU the kernels run under Triton's interpreter; with CUDA, on the GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import krung
+from tests.conftest import PROBLEMS, cuda_available
+
+pytest.importorskip("triton")
+
+GOOD = sorted(PROBLEMS.glob("*/solutions/triton*.py"))
+WRONG = sorted(PROBLEMS.glob("*/solutions/wrong*.py"))
+
+
+def _id(path):
+    return f"{path.parent.parent.name}/{path.stem}"
+
+
+def test_every_problem_has_a_good_and_a_wrong_version():
+    names = {p.name for p in PROBLEMS.iterdir() if (p / "problem.py").is_file()}
+    assert {"vector_add", "softmax", "rmsnorm", "matmul"} <= names
+    for name in names:
+        assert any(p.parent.parent.name == name for p in GOOD), name
+        assert any(p.parent.parent.name == name for p in WRONG), name
+
+
+@pytest.mark.parametrize("solution", GOOD, ids=_id)
+def test_good_versions_pass(solution, store):
+    run = krung.evaluate(solution.parent.parent, solution, store=store, device="cpu",
+                         rungs="static,compile,run,correctness")
+    assert run.ok, "\n".join(r.line() for r in run.rungs)
+    assert run.rung("correctness").figures["passed"] == len(
+        run.rung("correctness").figures["per_case"])
+
+
+@pytest.mark.parametrize("solution", WRONG, ids=_id)
+def test_wrong_versions_fail_correctness(solution, store):
+    run = krung.evaluate(solution.parent.parent, solution, store=store, device="cpu",
+                         rungs="static,compile,run,correctness")
+    failed = [r for r in run.rungs if r.status is krung.Status.FAILED]
+    assert [r.name for r in failed] in (["correctness"], ["run"]), \
+        "\n".join(r.line() for r in run.rungs)
+    assert failed[0].error_type in ("Mismatch", "NonFinite")
+
+
+def test_the_whole_ladder_on_cpu_benchmarks_against_the_reference(store):
+    solution = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
+    run = krung.evaluate("softmax", solution, store=store, device="cpu")
+    assert run.ok, "\n".join(r.line() for r in run.rungs)
+    bench = run.rung("benchmark").figures
+    assert bench["clock"] == "cpu-wall"
+    assert [c["case"] for c in bench["per_case"]] == [
+        "rows=64,cols=1000,dtype=float32", "rows=64,cols=1000,dtype=bfloat16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("solution", GOOD + WRONG, ids=_id)
+def test_builtin_versions_on_the_gpu(solution, store):
+    assert cuda_available()
+    run = krung.evaluate(solution.parent.parent, solution, store=store, device="cuda")
+    lines = "\n".join(r.line() for r in run.rungs)
+    print(f"{_id(solution)} on {run.device}\n{lines}")
+    if solution in GOOD:
+        assert run.ok, lines
+        assert run.rung("benchmark").figures["clock"] == "cuda-events"
+    else:
+        assert run.rung("correctness").status is krung.Status.FAILED, lines

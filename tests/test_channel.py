@@ -1,0 +1,69 @@
+"""The channel between processes: JSON plus raw tensor bytes, never pickle."""
+
+from __future__ import annotations
+
+import socket
+from multiprocessing.connection import Connection
+
+import pytest
+import torch
+
+from krung.channel import Channel, ChannelClosed
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    left, right = Channel(Connection(a.detach())), Channel(Connection(b.detach()))
+    yield left, right
+    left.close()
+    right.close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.bool, torch.float64, torch.uint8])
+def test_tensors_round_trip_bit_for_bit(pair, dtype):
+    left, right = pair
+    g = torch.Generator().manual_seed(torch.seed())
+    data = torch.randn(3, 17, generator=g) * 100
+    tensor = data > 0 if dtype is torch.bool else data.to(dtype)
+    left.send({"op": "call", "inputs": [tensor, tensor[:, 1:5].t()], "n": 3})
+    got = right.recv()
+    assert got["op"] == "call" and got["n"] == 3
+    assert torch.equal(got["inputs"][0], tensor)
+    assert torch.equal(got["inputs"][1], tensor[:, 1:5].t())
+    assert got["inputs"][0].dtype == dtype
+
+
+def test_scalars_empty_and_nested(pair):
+    left, right = pair
+    left.send({"x": {"a": [torch.tensor(2.5), torch.empty(0, 4)]}, "nan": float("nan")})
+    got = right.recv()
+    assert got["x"]["a"][0].item() == 2.5 and got["x"]["a"][0].dim() == 0
+    assert got["x"]["a"][1].shape == (0, 4)
+    assert got["nan"] is None  # strict JSON: NaN travels as null
+
+
+def test_closed_peer_is_reported(pair):
+    left, right = pair
+    left.close()
+    with pytest.raises(ChannelClosed):
+        right.recv()
+
+
+def test_a_pickle_is_not_executed(pair, tmp_path):
+    """A hostile worker can only send bytes; the receiver parses JSON, never unpickles."""
+    import os
+    import pickle
+
+    left, right = pair
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    left._conn.send_bytes(pickle.dumps(Evil()))
+    with pytest.raises(ValueError):  # not JSON
+        right.recv()
+    assert not marker.exists()

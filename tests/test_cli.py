@@ -1,0 +1,278 @@
+"""The `krung` command end to end, in a subprocess, on small torch-only problems."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import write
+
+GOOD = """
+def kernel(x):
+    return x * 2 + 1
+"""
+# Right on the float32 cases, wrong on the last element of every case longer than 1000.
+TAIL_BUG = """
+def kernel(x):
+    y = x * 2 + 1
+    if x.numel() > 1000:
+        y[-1] = 0
+    return y
+"""
+
+
+def test_good_version_passes_every_rung(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("good", GOOD), "--json")
+    assert result.code == 0, result.stderr
+    run = result.json()
+    assert run["ok"] is True
+    assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
+                                                 "benchmark"]
+    assert all(r["status"] == "ok" for r in run["rungs"])
+    correctness = run["rungs"][3]["figures"]
+    for key in ("max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db", "cossim"):
+        assert key in correctness
+    assert correctness["cases"] == 3 and correctness["seeds"] == 3
+    bench = run["rungs"][4]["figures"]
+    assert bench["clock"] == "cpu-wall"
+    case = bench["per_case"][0]
+    assert case["median_us"] > 0 and case["speedup"] > 0 and case["ref_median_us"] > 0
+
+
+def test_text_output_has_one_line_per_rung(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("good", GOOD), "--rungs", "static,compile,run")
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("device: cpu")
+    assert "interpreter" in lines[0]
+    assert re.match(r"\[static\] ok  dsl=torch", lines[1])
+    assert lines[2].startswith("[compile] ok  import_s=")
+    assert lines[3].startswith("[run] ok  ")
+    assert "every rung passed" in lines[-1]
+
+
+def test_wrong_version_fails_correctness_with_exit_1(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("tail", TAIL_BUG), "--json")
+    assert result.code == 1
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    assert rungs["run"]["status"] == "ok"  # the first case (n=1) is right
+    failed = rungs["correctness"]
+    assert failed["status"] == "failed"
+    assert failed["error"].startswith("Mismatch: ")
+    assert failed["figures"]["failed_cases"] == ["n=4099,dtype=bfloat16"]
+    assert failed["figures"]["first_mismatch"] == [4098]
+    assert failed["hint"]
+    assert rungs["benchmark"]["status"] == "skipped"
+    assert rungs["benchmark"]["reason"] == "needs correctness, which failed"
+
+
+@pytest.mark.parametrize("name, source, error_type, words, lines", [
+    ("segfault", "import ctypes\ndef kernel(x):\n    return ctypes.string_at(0)\n",
+     "WorkerCrashed", "SIGSEGV", {3}),
+    ("os_exit", "import os\ndef kernel(x):\n    os._exit(0)\n", "WorkerCrashed", "status 0",
+     None),
+    ("abort", "import os\ndef kernel(x):\n    os.abort()\n", "WorkerCrashed", "SIGABRT", {3}),
+    ("hang", "def kernel(x):\n    while True:\n        pass\n", "Timeout", "did not finish",
+     {2, 3}),
+])
+def test_crashing_versions_fail_cleanly_and_the_next_run_works(
+        krung, scale_problem, version, name, source, error_type, words, lines):
+    env = {"KRUNG_COMPILE_TIMEOUT": "4", "KRUNG_CALL_TIMEOUT": "4"}
+    result = krung("run", scale_problem, version(name, source), "--json", env=env, timeout=120)
+    assert result.code == 1, result.stderr
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    failed = rungs["compile"]  # the first call is where it crashes
+    assert failed["status"] == "failed"
+    assert failed["error_type"] == error_type
+    assert words in failed["error"]
+    if lines:  # the Python stack that faulthandler wrote names the version's line
+        file, line = failed["location"].rsplit(":", 1)
+        assert file.endswith(f"{name}.py") and int(line) in lines
+    assert rungs["run"]["status"] == "skipped"
+    after = krung("run", scale_problem, version("good", GOOD), "--rungs", "compile,run")
+    assert after.code == 0, after.stdout + after.stderr
+
+
+def test_sys_exit_and_exceptions_are_reported_with_the_line(krung, scale_problem, version):
+    source = "import sys\n\ndef kernel(x):\n    sys.exit(3)\n"
+    result = krung("run", scale_problem, version("exits", source), "--json")
+    assert result.code == 1
+    run_rung = {r["name"]: r for r in result.json()["rungs"]}["run"]
+    assert run_rung["error_type"] == "SystemExit"
+    assert run_rung["location"].endswith("exits.py:4")
+    assert "sys.exit(3)" in run_rung["details"]
+
+    source = "def kernel(x):\n    return x.view(3, -1) * 2\n"
+    result = krung("run", scale_problem, version("raises", source), "--json")
+    run_rung = {r["name"]: r for r in result.json()["rungs"]}["run"]
+    assert run_rung["error_type"] == "RuntimeError"
+    assert run_rung["location"].endswith("raises.py:2")
+
+
+def test_output_contract_is_checked(krung, scale_problem, version):
+    source = "def kernel(x):\n    return (x * 2 + 1).double()\n"
+    result = krung("run", scale_problem, version("f64", source), "--json")
+    rung = {r["name"]: r for r in result.json()["rungs"]}["run"]
+    assert rung["error_type"] == "OutputContract"
+    assert "dtype float64" in rung["error"]
+
+    source = "def kernel(x):\n    return [x * 2 + 1, x]\n"
+    result = krung("run", scale_problem, version("two", source), "--json")
+    rung = {r["name"]: r for r in result.json()["rungs"]}["run"]
+    assert rung["error_type"] == "OutputContract"
+
+
+def test_static_rung_catches_syntax_missing_entry_point_and_reference_imports(
+        krung, scale_problem, version):
+    result = krung("run", scale_problem, version("syntax", "def kernel(x)\n    return x\n"),
+                   "--json")
+    static = result.json()["rungs"][0]
+    assert static["error_type"] == "SyntaxError"
+    assert static["location"].endswith("syntax.py:1")
+    assert result.json()["rungs"][1]["status"] == "skipped"
+
+    result = krung("run", scale_problem, version("noentry", "def kern(x):\n    return x\n"),
+                   "--json")
+    assert result.json()["rungs"][0]["error_type"] == "EntryPointMissing"
+
+    cheat = "from problem import reference\n\ndef kernel(x):\n    return reference(x)\n"
+    result = krung("run", scale_problem, version("cheat", cheat), "--json")
+    static = result.json()["rungs"][0]
+    assert static["error_type"] == "ImportsReference"
+    assert static["location"].endswith("cheat.py:1")
+
+
+def test_rungs_option_selects_a_subset(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("good", GOOD), "--rungs", "correctness",
+                   "--json")
+    assert result.code == 0, result.stderr
+    assert [r["name"] for r in result.json()["rungs"]] == ["correctness"]
+    bad = krung("run", scale_problem, version("good", GOOD), "--rungs", "correctnes")
+    assert bad.code == 2
+    assert "unknown rung(s): correctnes" in bad.stderr
+    assert "hint: choose from:" in bad.stderr
+
+
+def test_broken_problems_exit_2_naming_each_defect(krung, tmp_path, version):
+    good = version("good", GOOD)
+    write(tmp_path / "nodtype" / "problem.py", """
+        import torch
+        def reference(x):
+            return x
+        def make_inputs(case, seed):
+            return (torch.ones(3),)
+        test_cases = [{"n": 3}]
+        bench_cases = [{"n": 3, "dtype": "float32"}]
+        def flops(case):
+            return 0
+    """)
+    result = krung("run", tmp_path / "nodtype", good)
+    assert result.code == 2
+    assert "ProblemError" in result.stderr
+    assert "`make_inputs(case, seed)` cannot be called as" in result.stderr
+    assert "test_cases[0] = {'n': 3} has no dtype" in result.stderr
+    assert "`bytes_moved` is missing" in result.stderr
+
+    write(tmp_path / "zeros" / "problem.py", """
+        import torch
+        def reference(x):
+            return x
+        def make_inputs(case, seed, device):
+            return (torch.zeros(case["n"], device=device),)
+        test_cases = [{"n": 3, "dtype": "float32"}]
+        bench_cases = [{"n": 3, "dtype": "float32"}]
+        def flops(case):
+            return 0
+        def bytes_moved(case):
+            return 0
+    """)
+    result = krung("run", tmp_path / "zeros", good)
+    assert result.code == 2
+    assert "all-zero tensor" in result.stderr
+    assert "ignores its seed" in result.stderr
+
+    write(tmp_path / "random" / "problem.py", """
+        import torch
+        def reference(x):
+            return x
+        def make_inputs(case, seed, device):
+            return (torch.randn(case["n"], device=device),)
+        test_cases = [{"n": 3, "dtype": "float32"}]
+        bench_cases = [{"n": 3, "dtype": "float32"}]
+        def flops(case):
+            return 0
+        def bytes_moved(case):
+            return 0
+    """)
+    result = krung("run", tmp_path / "random", good)
+    assert result.code == 2
+    assert "not deterministic" in result.stderr
+    assert "torch.Generator(device=device).manual_seed(seed)" in result.stderr
+
+
+def test_usage_errors_exit_2_with_a_hint(krung, scale_problem, tmp_path):
+    result = krung("run", "no_such_problem", tmp_path / "missing.py")
+    assert result.code == 2
+    assert "UsageError" in result.stderr and "hint:" in result.stderr
+    result = krung("run", scale_problem, tmp_path / "missing.py")
+    assert result.code == 2
+    assert "no version file" in result.stderr
+    result = krung("run", scale_problem, tmp_path / "missing.py", "--device", "tpu")
+    assert result.code == 2
+
+
+def test_store_keeps_every_run_and_history_show_best_read_it(krung, scale_problem, version):
+    good = version("good", GOOD)
+    wrong = version("tail", TAIL_BUG)
+    ids = []
+    for path in (good, wrong, good):
+        ids.append(krung("run", scale_problem, path, "--json").json()["run_id"])
+    listed = krung("history", "scale", "--json").json()
+    assert [r["run_id"] for r in listed] == list(reversed(ids))
+    assert [r["verdict"] for r in listed] == ["ok", "failed", "ok"]
+    assert listed[1]["failed_rung"] == "correctness"
+    assert listed[0]["geomean_us"] > 0
+
+    text = krung("history", "scale")
+    assert text.code == 0 and ids[1] in text.stdout and "failed (correctness)" in text.stdout
+
+    shown = krung("show", ids[1][:5], "--json", "--source")
+    assert shown.code == 0
+    run = shown.json()
+    assert run["run_id"] == ids[1] and run["ok"] is False
+    assert run["source"].strip() == TAIL_BUG.strip()
+    assert run["env"]["torch"] and run["env"]["device"] == "cpu"
+    assert run["seed"] > 0
+
+    best = krung("best", "scale", "--json").json()
+    assert best["run_id"] in (ids[0], ids[2])
+    assert "lowest geomean" in best["rule"]
+    assert krung("show", "zzzz").code == 2
+
+
+def test_seed_reproduces_the_inputs(krung, scale_problem, version):
+    good = version("good", GOOD)
+    first = krung("run", scale_problem, good, "--seed", "42", "--rungs", "correctness", "--json")
+    again = krung("run", scale_problem, good, "--seed", "42", "--rungs", "correctness", "--json")
+    assert first.json()["seed"] == again.json()["seed"] == 42
+    figures = [r.json()["rungs"][0]["figures"]["per_case"] for r in (first, again)]
+    assert figures[0] == figures[1]
+
+
+def test_new_scaffolds_a_problem_whose_first_version_passes(krung, tmp_path):
+    made = krung("new", "fused_silu", "--dir", tmp_path)
+    assert made.code == 0, made.stderr
+    problem = tmp_path / "fused_silu"
+    result = krung("run", problem, problem / "solutions" / "triton_v1.py", "--rungs",
+                   "static,compile,run,correctness", "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    assert result.json()["rungs"][0]["figures"]["dsl"] == "triton"
+    assert krung("new", "fused_silu", "--dir", tmp_path).code == 2
+
+
+def test_problems_lists_the_builtin_problems(krung):
+    result = krung("problems", "--json")
+    names = [p["name"] for p in result.json()]
+    assert {"vector_add", "softmax", "rmsnorm", "matmul"} <= set(names)
+    assert all(p["description"] for p in result.json())

@@ -1,0 +1,35 @@
+"""Settings come from one place and bad values name their key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from krung.errors import UsageError
+from krung.settings import Settings
+
+
+def test_environment_overrides_defaults():
+    settings = Settings.from_env({"KRUNG_STORE": "/x/k.db", "KRUNG_SEEDS": "5",
+                                  "KRUNG_CALL_TIMEOUT": "2.5", "KRUNG_DEVICE": "cpu"})
+    assert settings.store == Path("/x/k.db")
+    assert settings.seeds == 5 and settings.call_timeout_s == 2.5 and settings.device == "cpu"
+    assert Settings.from_env({}) == Settings()
+
+
+@pytest.mark.parametrize("key, value", [("KRUNG_SEEDS", "0"), ("KRUNG_SEEDS", "three"),
+                                        ("KRUNG_CALL_TIMEOUT", "-1"), ("KRUNG_DEVICE", "tpu")])
+def test_bad_values_name_the_key(key, value):
+    with pytest.raises(UsageError) as info:
+        Settings.from_env({key: value})
+    assert key in str(info.value)
+    assert info.value.hint
+
+
+def test_replace_ignores_none_and_checks_values():
+    settings = Settings()
+    assert settings.replace(device=None) == settings
+    assert settings.replace(call_timeout_s=3).call_timeout_s == 3.0
+    with pytest.raises(UsageError, match="--device"):
+        settings.replace(device="gpu")

@@ -35,7 +35,7 @@ def test_good_version_passes_every_rung(krung, scale_problem, version):
         assert key in correctness
     assert correctness["cases"] == 3 and correctness["seeds"] == 3
     bench = run["rungs"][4]["figures"]
-    assert bench["clock"] == "cpu-wall"
+    assert bench["timer"] == "cpu-wall"
     case = bench["per_case"][0]
     assert case["median_us"] > 0 and case["speedup"] > 0 and case["ref_median_us"] > 0
 
@@ -276,3 +276,47 @@ def test_problems_lists_the_builtin_problems(krung):
     names = [p["name"] for p in result.json()]
     assert {"vector_add", "softmax", "rmsnorm", "matmul"} <= set(names)
     assert all(p["description"] for p in result.json())
+
+
+def test_a_problem_with_only_power_of_two_sizes_is_refused(krung, tmp_path, version):
+    write(tmp_path / "pow2" / "problem.py", """
+        import torch
+        def reference(x):
+            return x
+        def make_inputs(case, seed, device):
+            g = torch.Generator(device=device).manual_seed(seed)
+            return (torch.randn(case["n"], generator=g, device=device),)
+        test_cases = [{"n": 64, "dtype": "float32"}, {"n": 1024, "dtype": "float32"}]
+        bench_cases = [{"n": 4096, "dtype": "float32"}]
+        def flops(case):
+            return 0
+        def bytes_moved(case):
+            return 0
+    """)
+    result = krung("run", tmp_path / "pow2", version("good", GOOD))
+    assert result.code == 2
+    assert "power of two" in result.stderr and "awkward" in result.stderr
+
+
+def test_a_version_right_only_outside_the_timed_loop_fails_the_benchmark(
+        krung, scale_problem, version):
+    # Right for its first 12 calls (compile, run and correctness make 11); after that it
+    # replays the output it cached for the shape: fast, and wrong on new inputs.
+    source = """
+        calls = []
+        cache = {}
+        def kernel(x):
+            calls.append(1)
+            if len(calls) > 12 and x.shape in cache:
+                return cache[x.shape].clone()
+            cache[x.shape] = x * 2 + 1
+            return cache[x.shape]
+    """
+    import textwrap
+
+    result = krung("run", scale_problem, version("replay", textwrap.dedent(source)), "--json")
+    assert result.code == 1
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    assert rungs["correctness"]["status"] == "ok"
+    assert rungs["benchmark"]["error_type"] == "TimedMismatch"
+    assert "timed calls" in rungs["benchmark"]["error"]

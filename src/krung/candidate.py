@@ -34,8 +34,9 @@ _SIGNALS = {
 
 
 class Candidate:
-    def __init__(self, device: str, run_dir: Path, solution: Path):
+    def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False):
         self.device = device
+        self.cuda_ipc = cuda_ipc
         self.log = run_dir / "worker.log"
         self.solution = solution
         self.process: subprocess.Popen | None = None
@@ -49,8 +50,14 @@ class Candidate:
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         self.started_at = time.perf_counter()
-        self.process, self.channel = spawn("krung.worker", ["--device", self.device],
-                                           log=self.log, env=env, new_session=True)
+        args = ["--device", self.device] + (["--cuda-ipc"] if self.cuda_ipc else [])
+        self.process, self.channel = spawn("krung.worker", args, log=self.log, env=env,
+                                           new_session=True)
+
+    def use_cuda_ipc(self) -> None:
+        """Send and take GPU tensors by IPC handle; the worker does so when it runs on CUDA."""
+        assert self.channel is not None
+        self.channel.cuda_ipc = self.cuda_ipc
 
     @property
     def pid(self) -> int | None:

@@ -29,12 +29,16 @@ class ChannelClosed(Exception):
 
 
 class Channel:
-    def __init__(self, connection: Connection):
+    """With `cuda_ipc`, CUDA tensors travel as IPC handles (krung.cuda_ipc) instead of bytes."""
+
+    def __init__(self, connection: Connection, cuda_ipc: bool = False):
         self._conn = connection
+        self.cuda_ipc = cuda_ipc
+        self._exported: list[Any] = []  # our IPC buffers, freed once the peer has answered
 
     @classmethod
-    def from_fd(cls, fd: int) -> Channel:
-        return cls(Connection(fd))
+    def from_fd(cls, fd: int, cuda_ipc: bool = False) -> Channel:
+        return cls(Connection(fd), cuda_ipc)
 
     def fileno(self) -> int:
         return self._conn.fileno()
@@ -42,10 +46,23 @@ class Channel:
     def send(self, header: dict[str, Any]) -> None:
         tensors: list[Any] = []
         body = _replace_tensors(header, tensors)
-        body["__frames__"] = len(tensors)
+        specs: list[dict[str, Any]] = []
+        _collect_specs(body, specs)
+        frames = []
+        for spec in sorted(specs, key=_index):
+            tensor = tensors[_index(spec)]
+            if self.cuda_ipc and tensor.is_cuda:
+                from krung.cuda_ipc import Exported
+
+                exported = Exported(tensor)
+                self._exported.append(exported)
+                spec["ipc"] = {"handle": exported.handle, "nbytes": exported.nbytes}
+            else:
+                frames.append(tensor)
+        body["__frames__"] = len(frames)
         try:
             self._conn.send_bytes(json.dumps(json_safe(body), allow_nan=False).encode())
-            for tensor in tensors:
+            for tensor in frames:
                 self._conn.send_bytes(_tensor_bytes(tensor))
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise ChannelClosed(str(exc)) from exc
@@ -57,17 +74,24 @@ class Channel:
         """The next message; tensors come back as CPU tensors (torch is imported lazily)."""
         try:
             header = json.loads(self._conn.recv_bytes(MAX_FRAME_BYTES))
+            self._free_exported()  # the peer answered: it has copied what we sent
             count = int(header.pop("__frames__", 0))
-            if not count:
-                return header
             specs: list[dict[str, Any]] = []
             _collect_specs(header, specs)
+            if not specs:
+                return header
+            framed = [s for s in specs if "ipc" not in s]
+            if len(framed) != count:
+                raise ValueError(f"message announced {count} frames and described {len(framed)}")
             tensors = [self._recv_tensor(spec) for spec in sorted(specs, key=_index)]
         except (EOFError, ConnectionResetError, OSError) as exc:
             raise ChannelClosed(str(exc) or "end of stream") from exc
-        if len(tensors) != count:
-            raise ValueError(f"message announced {count} tensors and described {len(tensors)}")
         return _restore_tensors(header, tensors)
+
+    def _free_exported(self) -> None:
+        for exported in self._exported:
+            exported.free()
+        self._exported.clear()
 
     def _recv_tensor(self, spec: dict[str, Any]) -> Any:
         """Receive one tensor's bytes straight into its own storage (no extra copies)."""
@@ -75,6 +99,10 @@ class Channel:
 
         dtype = getattr(torch, spec["dtype"])
         shape = tuple(spec["shape"])
+        if "ipc" in spec:
+            from krung.cuda_ipc import import_copy
+
+            return import_copy(spec["ipc"]["handle"], int(spec["ipc"]["nbytes"]), dtype, shape)
         tensor = torch.empty(shape, dtype=dtype)
         if tensor.numel() == 0:
             self._conn.recv_bytes(MAX_FRAME_BYTES)
@@ -89,6 +117,7 @@ class Channel:
         return tensor
 
     def close(self) -> None:
+        self._free_exported()
         self._conn.close()
 
 

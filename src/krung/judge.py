@@ -32,18 +32,21 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
     settings = Settings(**request["settings"])
     run_dir = Path(request["run_dir"])
     solution = read_solution(request["solution"])
-    candidate = Candidate(request["device"], run_dir, solution.path)
+    candidate = Candidate(request["device"], run_dir, solution.path, settings.cuda_ipc)
     candidate.start()  # its start-up overlaps ours
     channel.send({"type": "env", "env": {"worker_pid": candidate.pid}})
     try:
         device = resolve_device(request["device"])
+        if device == "cuda":
+            candidate.use_cuda_ipc()
         problem = load_problem(Path(request["problem"]))
         check_behaviour(problem, device)
+        env = environment(device)
         ctx = Context(problem=problem, solution=solution, device=device, candidate=candidate,
-                      settings=settings, seed=int(request["seed"]), run_dir=run_dir,
+                      settings=settings, seed=int(request["seed"]), run_dir=run_dir, env=env,
                       progress=lambda rung, message: channel.send(
                           {"type": "progress", "rung": rung, "message": message}))
-        channel.send({"type": "env", "env": environment(device)})
+        channel.send({"type": "env", "env": env})
 
         def emit(result: RungResult) -> None:
             channel.send({"type": "rung", "result": result.to_json()})

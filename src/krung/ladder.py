@@ -60,6 +60,7 @@ class Context:
     results: dict[str, RungResult] = field(default_factory=dict)
     progress: Callable[[str, str], None] = lambda rung, message: None
     loaded: bool = False
+    env: dict[str, Any] = field(default_factory=dict)  # device facts (judge.environment)
 
     def seed_for(self, purpose: str, *parts: Any) -> int:
         """A case seed derived from the evaluation's secret seed: fresh for every run."""
@@ -84,15 +85,18 @@ class Context:
         self.loaded = True
         return reply
 
-    def call(self, inputs: tuple, what: str, timeout: float | None = None) -> dict[str, Any]:
-        """Run the version once on `inputs` in the worker; raise RungFailed if it fails."""
+    def ask(self, message: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
+        """One request to the worker, with the version loaded; RungFailed if it fails."""
         if not self.loaded:
             self.load()
-        reply = self.candidate.request({"op": "call", "inputs": list(inputs)},
-                                       timeout or self.settings.call_timeout_s, what)
+        reply = self.candidate.request(message, timeout, what)
         if not reply.get("ok"):
             raise failure(reply["error"], what)
         return reply
+
+    def call(self, inputs: tuple, what: str) -> dict[str, Any]:
+        """Run the version once on `inputs` in the worker."""
+        return self.ask({"op": "call", "inputs": list(inputs)}, what, self.settings.call_timeout_s)
 
 
 def failure(error: dict[str, Any], what: str) -> RungFailed:

@@ -66,7 +66,8 @@ def case_table(result: RungResult) -> Table | None:
 _COLUMNS = {
     "correctness": ["passed", "seeds", "max_abs_err", "max_rel_err", "psnr_db", "cossim",
                     "mismatches"],
-    "benchmark": ["median_us", "p10_us", "p90_us", "cv", "samples", "ref_median_us", "speedup"],
+    "benchmark": ["median_us", "p10_us", "p90_us", "ci_pct", "samples", "ref_median_us",
+                  "speedup", "timer", "host_median_us"],
 }
 
 
@@ -84,7 +85,7 @@ def history_table(runs: list[Run], title: str) -> Table:
         time_text = "-"
         if summary["geomean_us"] is not None:
             time_text = f"{format_value(summary['geomean_us'])} us"
-            if summary["clock"] == "cpu-wall":
+            if summary["timer"] == "cpu-wall":
                 time_text += " cpu"
         speedup = summary["speedup"]
         table.add_row(run.run_id, run.started_at.replace("T", " ")[:19],

@@ -29,6 +29,8 @@ _SETTINGS = {
     "compile_timeout_s": Setting("KRUNG_COMPILE_TIMEOUT", "seconds for import + first call"),
     "call_timeout_s": Setting("KRUNG_CALL_TIMEOUT", "seconds for one call of the version"),
     "bench_timeout_s": Setting("KRUNG_BENCH_TIMEOUT", "seconds for timing one bench case"),
+    "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
+                                          "0 to copy them through host memory"),
 }
 
 
@@ -40,6 +42,7 @@ class Settings:
     compile_timeout_s: float = 180.0
     call_timeout_s: float = 120.0
     bench_timeout_s: float = 300.0
+    cuda_ipc: bool = True
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -63,6 +66,13 @@ def _parse(name: str, source: str, raw: object) -> object:
     try:
         if kind == "Path":
             return Path(raw)  # type: ignore[arg-type]
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text not in ("0", "1", "true", "false", "yes", "no"):
+                raise ValueError
+            return text in ("1", "true", "yes")
         if kind == "int":
             value: object = int(raw)  # type: ignore[call-overload]
             if value <= 0:  # type: ignore[operator]

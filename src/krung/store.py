@@ -160,5 +160,5 @@ def summary_of(run: Run) -> dict[str, Any]:
         "failed_rung": failed.name if failed else None,
         "geomean_us": bench.figures.get("geomean_us") if bench and bench.ok else None,
         "speedup": bench.figures.get("speedup") if bench and bench.ok else None,
-        "clock": bench.figures.get("clock") if bench and bench.ok else None,
+        "timer": bench.figures.get("timer") if bench and bench.ok else None,
     }

@@ -31,7 +31,7 @@ class Worker:
         self.device = device
         self.kernel: Any = None
         self.solution: Path | None = None
-        self.last_inputs: list[Any] = []  # on the device; `time` may reuse them
+        self.time_sets: list[list[Any]] = []  # input sets on the device, kept between `time`s
 
     def serve(self) -> None:
         while True:
@@ -76,38 +76,37 @@ class Worker:
                 "triton": getattr(triton, "__version__", None)}
 
     def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
-        import torch
-
         inputs = self.to_device(request["inputs"])
-        self.last_inputs = inputs
         self.synchronize()
         start = time.perf_counter()
         result = self.kernel(*inputs)
         self.synchronize()
         elapsed = time.perf_counter() - start
-        outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-        for i, output in enumerate(outputs):
-            if not isinstance(output, torch.Tensor):
-                return {"ok": False, "error": {
-                    "type": "OutputType", "kind": "runtime",
-                    "message": f"output {i} is a {type(output).__name__}, not a torch.Tensor",
-                    "hint": "return the output tensor (or a tuple of them), as the reference does"}}
-            if output.layout != torch.strided:
-                return {"ok": False, "error": {
-                    "type": "OutputType", "kind": "runtime",
-                    "message": f"output {i} has layout {output.layout}, not torch.strided",
-                    "hint": "return a dense tensor, as the reference does"}}
-        return {"ok": True, "outputs": outputs, "specs": [tensor_spec(o) for o in outputs],
-                "tuple": isinstance(result, (tuple, list)), "call_s": elapsed}
+        return {**_outputs_reply(result), "call_s": elapsed}
 
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
-        from krung.timing import TimingPlan, time_call
+        """Time the version over input sets, and send back each set's last output so the
+        judge can check what the timed calls computed."""
+        from krung.timing import TimingPlan, measure
 
-        given = request.get("inputs")
-        inputs = self.last_inputs if given is None else self.to_device(given)
+        if request.get("inputs") is not None:  # else: the sets of the previous request
+            self.time_sets = [self.to_device(s) for s in request["inputs"]]
+        sets = self.time_sets
+        outputs: list[Any] = [None] * len(sets)
         kernel = self.kernel
-        timing = time_call(lambda: kernel(*inputs), self.device, TimingPlan(**request["plan"]))
-        return {"ok": True, "timing": timing.to_json()}
+
+        def call(i: int) -> None:
+            outputs[i] = kernel(*sets[i])
+
+        samples = measure(call, len(sets), self.device, TimingPlan(**request["plan"]))
+        self.synchronize()
+        replies = [_outputs_reply(result) for result in outputs]
+        failed = next((r for r in replies if not r["ok"]), None)
+        if failed:
+            return failed
+        return {"ok": True, "samples": samples.to_json(),
+                "outputs": [r["outputs"] for r in replies], "specs": [r["specs"] for r in replies],
+                "tuple": replies[0]["tuple"]}
 
     def to_device(self, tensors: list[Any]) -> list[Any]:
         if self.device == "cpu":
@@ -119,6 +118,26 @@ class Worker:
             import torch
 
             torch.cuda.synchronize()
+
+
+def _outputs_reply(result: Any) -> dict[str, Any]:
+    """A version's return value as a reply: its tensors and what they are, or what is wrong."""
+    import torch
+
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for i, output in enumerate(outputs):
+        problem = None
+        if not isinstance(output, torch.Tensor):
+            problem = f"output {i} is a {type(output).__name__}, not a torch.Tensor"
+        elif output.layout != torch.strided:
+            problem = f"output {i} has layout {output.layout}, not torch.strided"
+        if problem:
+            return {"ok": False, "error": {
+                "type": "OutputType", "kind": "runtime", "message": problem,
+                "hint": "return dense torch.Tensor outputs (or a tuple of them), as the "
+                        "reference does"}}
+    return {"ok": True, "outputs": outputs, "specs": [tensor_spec(o) for o in outputs],
+            "tuple": isinstance(result, (tuple, list))}
 
 
 def _import_version(path: Path) -> Any:
@@ -162,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m krung.worker")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--cuda-ipc", action="store_true")
     args = parser.parse_args(argv)
     faulthandler.enable()  # a segfault prints the Python stack to the log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the judge asks on a timeout
@@ -171,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         torch.cuda.init()
+        channel.cuda_ipc = args.cuda_ipc
     channel.send({"ok": True, "pid": os.getpid(), **describe_device(device)})
     Worker(channel, device).serve()
 

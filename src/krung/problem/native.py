@@ -93,8 +93,14 @@ def check_structure(module: ModuleType) -> Defects:
         if cases is None and not required:
             continue
         defects += _check_cases(attr, cases)
-    dtypes = {c.get("dtype") for c in getattr(module, "test_cases", []) or []
-              if isinstance(c, dict)}
+    test_cases = [c for c in getattr(module, "test_cases", None) or [] if isinstance(c, dict)]
+    sizes = [v for c in test_cases for v in c.values()
+             if isinstance(v, int) and not isinstance(v, bool)]
+    if sizes and all(v > 0 and v & (v - 1) == 0 for v in sizes):
+        defects.append(("every size in test_cases is a power of two, where tail bugs never show",
+                        "add awkward sizes that are not powers of two (17, 1000, a prime), "
+                        "besides a tiny case and a large one"))
+    dtypes = {c.get("dtype") for c in test_cases}
     for message in tolerance.check_override(getattr(module, "tolerance", None),
                                             {d for d in dtypes if isinstance(d, str)}):
         defects.append((message, "see krung.tolerance for the policy names and fields"))

@@ -23,7 +23,7 @@ def run(ctx: Context) -> dict[str, Any]:
     for i, (out, ref) in enumerate(zip(reply["outputs"], expected, strict=True)):
         if not out.is_floating_point():
             continue
-        bad = (~out.isfinite() & ref.cpu().isfinite()).sum().item()
+        bad = (~out.isfinite() & ref.to(out.device).isfinite()).sum().item()
         if bad:
             raise RungFailed("NonFinite", f"output {i} has {bad} NaN/Inf values where the "
                              f"reference is finite (in {what})",

@@ -1,4 +1,5 @@
-"""Versions that break the GPU: each fails cleanly, and the next evaluation works."""
+"""On the GPU: versions that break it fail cleanly and the next evaluation works; tensors
+cross between the judge and the worker by CUDA IPC as they would through host memory."""
 
 from __future__ import annotations
 
@@ -69,3 +70,38 @@ def test_a_kernel_that_never_ends_times_out_and_the_next_run_works(
     assert failed["error_type"] == "Timeout"
     after = krung("run", scale_problem, version("good", GOOD), "--device", "cuda", "--json")
     assert after.code == 0, after.stdout
+
+
+def test_tensors_by_cuda_ipc_and_through_host_memory_give_the_same_verdict(
+        krung, scale_problem, version):
+    path = version("good", GOOD)
+    figures = {}
+    for ipc in ("1", "0"):
+        result = krung("run", scale_problem, path, "--device", "cuda", "--seed", "7", "--json",
+                       "--rungs", "correctness,benchmark", env={"KRUNG_CUDA_IPC": ipc})
+        assert result.code == 0, result.stdout + result.stderr
+        figures[ipc] = result.json()["rungs"][0]["figures"]["per_case"]
+    assert figures["1"] == figures["0"]
+
+
+MANY_LAUNCHES = """
+def kernel(x):
+    y = x
+    for _ in range(16):
+        y = y * 1.0
+    return y * 2 + 1
+"""
+
+
+def test_timing_is_cupti_device_time_and_flags_launch_bound_versions(
+        krung, scale_problem, version):
+    result = krung("run", scale_problem, version("many", MANY_LAUNCHES), "--device", "cuda",
+                   "--json", "--rungs", "benchmark")
+    assert result.code == 0, result.stdout + result.stderr
+    case = result.json()["rungs"][0]["figures"]["per_case"][0]
+    print(case)
+    assert case["timer"] == "cupti"
+    assert case["kernels_per_call"] == 18
+    assert case["host_median_us"] > case["median_us"]
+    assert case["launch_bound"] is True
+    assert case["sm_mhz"][1] > 0

@@ -1,0 +1,240 @@
+"""How close krung's timings are to the device's own kernel time, beside the usual methods.
+
+Needs a CUDA GPU. For each workload it prints:
+- truth: CUPTI kernel time of one call with a cold L2, each call isolated by synchronisation
+  (median of 30; summed over the call's kernels);
+- krung: `krung.timing.measure`, the figure the benchmark rung reports;
+- do_bench and do_bench_cudagraph (Triton, median), a KernelBench-style event loop with an L2
+  flush, and ncu's gpu__time_duration (with --ncu);
+each with its error against the truth; then krung's spread over 5 fresh processes (CV of their
+medians) and its wall time per measurement.
+
+    python benchmarks/timing_accuracy.py [--ncu] [--processes 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+
+import torch
+
+from krung.timing import SPIN_KERNEL, TimingPlan, measure
+
+PLAN = TimingPlan(warmup_s=0.02, max_s=0.25, min_samples=10, max_samples=2000, target_ci=0.003)
+
+
+def workloads() -> dict[str, Callable[[], Callable[[], object]]]:
+    """name -> a builder returning the call to time (inputs made once, fresh random values)."""
+
+    def add(n: int):
+        def build():
+            a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+            return lambda: torch.add(a, b)
+        return build
+
+    def softmax(rows: int, cols: int):
+        def build():
+            x = torch.randn(rows, cols, device="cuda")
+            return lambda: torch.softmax(x, dim=-1)
+        return build
+
+    def matmul(m: int, n: int, k: int, dtype: torch.dtype):
+        def build():
+            torch.backends.cuda.matmul.allow_tf32 = False
+            a = torch.randn(m, k, device="cuda", dtype=dtype)
+            b = torch.randn(k, n, device="cuda", dtype=dtype)
+            return lambda: a @ b
+        return build
+
+    def chain(launches: int, n: int):
+        def build():
+            x = torch.randn(n, device="cuda")
+
+            def call():
+                y = x
+                for _ in range(launches):
+                    y = y + 1.0
+                return y
+            return call
+        return build
+
+    return {
+        "add 2^12 fp32": add(1 << 12),
+        "add 2^20 fp32 (fits L2)": add(1 << 20),
+        "add 2^22 fp32": add(1 << 22),
+        "softmax 4096x4096 fp32": softmax(4096, 4096),
+        "matmul 4096^3 bf16": matmul(4096, 4096, 4096, torch.bfloat16),
+        "add 2^27 fp32": add(1 << 27),
+        "matmul 5120^3 fp32": matmul(5120, 5120, 5120, torch.float32),
+        "32 dependent adds 2^12": chain(32, 1 << 12),
+    }
+
+
+def truth_us(fn: Callable[[], object], flush: torch.Tensor, calls: int = 30) -> float:
+    """CUPTI device time of isolated cold-L2 calls: the reference figure."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush.zero_()
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+            fn()
+            torch.cuda.synchronize()
+    records = sorted((e for e in prof.profiler.kineto_results.events()
+                      if e.device_type() == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.start_ns())
+    marks = [i for i, e in enumerate(records) if SPIN_KERNEL in e.name()]
+    per_call = []
+    for n, mark in enumerate(marks):
+        stop = marks[n + 1] - 1 if n + 1 < len(marks) else len(records)
+        per_call.append(sum(e.duration_ns() for e in records[mark + 1:stop]) / 1e3)
+    return statistics.median(per_call)
+
+
+def events_loop_us(fn: Callable[[], object], flush: torch.Tensor, iters: int = 100) -> float:
+    """KernelBench-style: flush, event, call, event; median."""
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def krung_us(fn: Callable[[], object]) -> tuple[float, float, str]:
+    samples = measure(lambda i: fn(), 1, "cuda", PLAN)
+    return statistics.median(samples.device_us), samples.wall_s, samples.mode
+
+
+def one_process(names: list[str]) -> dict[str, list[float]]:
+    """krung's figure and wall time per workload, in this (fresh) process."""
+    builders = workloads()
+    return {name: list(krung_us(builders[name]())[:2]) for name in names}
+
+
+def ncu_us(names: list[str]) -> dict[str, float]:
+    """ncu's gpu__time_duration per workload (summed over each call's kernels; median)."""
+    ncu = shutil.which("ncu")
+    if not ncu:
+        return {}
+    command = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+               "--nvtx", "--print-nvtx-rename", "kernel", sys.executable, __file__,
+               "--ncu-target"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    rows = list(csv.DictReader(io.StringIO(done.stdout[done.stdout.find('"ID"'):])))
+    per_call: dict[tuple[str, str], float] = {}
+    for row in rows:
+        # --print-nvtx-rename kernel: a kernel inside a range is named after the range.
+        key = row.get("Kernel Name", "")
+        if "|" not in key or row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        unit = row.get("Metric Unit", "nsecond")
+        value = float(row["Metric Value"].replace(",", ""))
+        value_us = value / 1e3 if unit.startswith("n") else value * (1e3 if unit.startswith(
+            "m") else 1.0)
+        name, call = key.rsplit("|", 1)
+        per_call[(name, call)] = per_call.get((name, call), 0.0) + value_us
+    found: dict[str, list[float]] = {}
+    for (name, _call), value in per_call.items():
+        found.setdefault(name, []).append(value)
+    return {name: statistics.median(values) for name, values in found.items() if name in names}
+
+
+def ncu_target() -> None:
+    """What ncu profiles: each workload called 5 times, each call in its own NVTX range."""
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4,
+                        dtype=torch.int32, device="cuda")
+    for name, build in workloads().items():
+        fn = build()
+        fn()
+        torch.cuda.synchronize()
+        for call in range(5):
+            flush.zero_()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(f"{name}|{call}")
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ncu", action="store_true", help="also run ncu (slow)")
+    parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--one-process", help=argparse.SUPPRESS)
+    parser.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ncu_target:
+        return ncu_target()
+    names = list(workloads())
+    if args.one_process:
+        print(json.dumps(one_process(json.loads(args.one_process))))
+        return None
+
+    import triton.testing
+
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4,
+                        dtype=torch.int32, device="cuda")
+    table = {}
+    for name, build in workloads().items():
+        fn = build()
+        krung_median, wall, mode = krung_us(fn)
+        table[name] = {
+            "truth": truth_us(fn, flush),
+            "krung": krung_median,
+            "do_bench": triton.testing.do_bench(fn, return_mode="median") * 1e3,
+            "cudagraph": triton.testing.do_bench_cudagraph(fn, return_mode="median") * 1e3,
+            "events": events_loop_us(fn, flush),
+            "wall_s": wall, "mode": mode,
+        }
+    for name, value in (ncu_us(names) if args.ncu else {}).items():
+        table[name]["ncu"] = value
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    medians: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.processes):
+        done = subprocess.run([sys.executable, __file__, "--one-process", json.dumps(names)],
+                              capture_output=True, text=True, env=env, check=True)
+        for name, (median, _wall) in json.loads(done.stdout.strip().splitlines()[-1]).items():
+            medians[name].append(median)
+
+    device = torch.cuda.get_device_name()
+    print(f"timing accuracy on {device}, torch {torch.__version__}, errors against CUPTI truth")
+    methods = ["krung", "do_bench", "cudagraph", "events"] + (["ncu"] if args.ncu else [])
+    header = f"{'workload':<26} {'truth us':>9} " + " ".join(f"{m:>17}" for m in methods)
+    print(header + f" {'krung CV/5 proc':>15} {'wall s':>7} mode")
+    for name, row in table.items():
+        cells = []
+        for method in methods:
+            value = row.get(method)
+            if value is None:
+                cells.append(f"{'-':>17}")
+                continue
+            error = 100 * (value - row["truth"]) / row["truth"]
+            cells.append(f"{value:>9.2f} ({error:+5.1f}%)")
+        spread = medians[name]
+        cv = statistics.pstdev(spread) / statistics.fmean(spread) if len(spread) > 1 else 0.0
+        print(f"{name:<26} {row['truth']:>9.2f} " + " ".join(cells) +
+              f" {100 * cv:>14.2f}% {row['wall_s']:>7.2f} {row['mode']}")
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from krung.timing import SPIN_KERNEL, TimingPlan, measure
+from krung.timing import SPIN_KERNEL, TimingPlan, device_work, measure
 
 PLAN = TimingPlan(warmup_s=0.02, max_s=0.25, min_samples=10, max_samples=2000, target_ci=0.003)
 
@@ -93,9 +93,7 @@ def truth_us(fn: Callable[[], object], flush: torch.Tensor, calls: int = 30) -> 
             torch.cuda.synchronize()
             fn()
             torch.cuda.synchronize()
-    records = sorted((e for e in prof.profiler.kineto_results.events()
-                      if e.device_type() == torch.autograd.DeviceType.CUDA),
-                     key=lambda e: e.start_ns())
+    records = device_work(prof)
     marks = [i for i, e in enumerate(records) if SPIN_KERNEL in e.name()]
     per_call = []
     for n, mark in enumerate(marks):

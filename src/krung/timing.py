@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel: the marker between samples
+DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}  # kineto activity types that are work
 
 
 @dataclass(frozen=True)
@@ -196,9 +197,7 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
             call((offset + i) % sets)
             ends[i].record()
         torch.cuda.synchronize()
-    records = [e for e in prof.profiler.kineto_results.events()
-               if e.device_type() == torch.autograd.DeviceType.CUDA]
-    records.sort(key=lambda e: e.start_ns())
+    records = device_work(prof)
     marks = [i for i, e in enumerate(records) if SPIN_KERNEL in e.name()]
     if len(marks) != count:
         return None
@@ -212,6 +211,22 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
         kernels += len(mine)
     host = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
     return device, host, kernels
+
+
+def device_work(prof: Any) -> list[Any]:
+    """The kernels, copies and memsets a profiler session recorded, in start order (not the
+    synchronisations or annotations CUPTI also reports on the device's timeline)."""
+    import torch
+
+    records = []
+    for event in prof.profiler.kineto_results.events():
+        if event.device_type() != torch.autograd.DeviceType.CUDA:
+            continue
+        kind = event.activity_type() if hasattr(event, "activity_type") else "kernel"
+        if kind in DEVICE_WORK:
+            records.append(event)
+    records.sort(key=lambda e: e.start_ns())
+    return records
 
 
 def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,

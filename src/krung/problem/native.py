@@ -75,6 +75,10 @@ def load_native(path: Path) -> Problem:
         bytes_moved=module.bytes_moved,
         tolerance=getattr(module, "tolerance", None),
         description=str(getattr(module, "description", "") or (module.__doc__ or "")).strip(),
+        forbid=list(getattr(module, "forbid", [])),
+        forbid_ops=list(getattr(module, "forbid_ops", [])),
+        inplace=bool(getattr(module, "inplace", False)),
+        derive_case=getattr(module, "derive_case", None),
     )
 
 

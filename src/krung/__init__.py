@@ -9,9 +9,11 @@ from krung.evaluate import evaluate
 from krung.ladder import DEFAULT_LADDER, RUNGS
 from krung.problem import builtin_problems, find_problem
 from krung.problem.catalog import describe_problem, list_problems
+from krung.report import agent_summary
 from krung.results import Run, RungResult, Status
 from krung.runfiles import KINDS as FILE_KINDS
 from krung.runfiles import RunFile, read_run_file, run_files
+from krung.schema import run_schema
 from krung.settings import Settings
 from krung.solution import save_version
 from krung.store import Store, summary_of
@@ -32,6 +34,7 @@ __all__ = [
     "Store",
     "UsageError",
     "__version__",
+    "agent_summary",
     "builtin_problems",
     "describe_problem",
     "diff_runs",
@@ -40,6 +43,7 @@ __all__ = [
     "list_problems",
     "read_run_file",
     "run_files",
+    "run_schema",
     "save_version",
     "summary_of",
 ]

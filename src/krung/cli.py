@@ -220,7 +220,23 @@ def best(
     out.print(report.history_table([chosen], f"best of {len(runs)} passing run(s)"))
 
 
-# For coding agents: the run's JSON Schema.
+# For coding agents: the MCP server and the run's JSON Schema.
+
+
+@app.command("mcp")
+def mcp_server(
+    http: Annotated[int | None, typer.Option(
+        "--http", metavar="PORT", help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) "
+                                       "instead of stdio.")] = None,
+    store: StoreOption = None,
+) -> None:
+    """Serve krung's tools to coding agents over the Model Context Protocol (stdio)."""
+    try:
+        from krung.mcp import serve
+    except ImportError as exc:
+        raise krung.UsageError(f"the MCP server needs the mcp package, version 2 or newer "
+                               f"({exc})", hint="pip install 'krung[mcp]'") from None
+    serve(store=_settings(store).store, http_port=http)
 
 
 @app.command()

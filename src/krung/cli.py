@@ -40,6 +40,25 @@ StoreOption = Annotated[Path | None, typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
+class OutputFormat(str, enum.Enum):
+    TEXT = "text"
+    JSON = "json"
+    AGENT = "agent"
+
+
+FormatOption = Annotated[OutputFormat | None, typer.Option(
+    "--format", help="text (default), json (the same as --json), or agent: a short plain "
+                     "verdict for coding agents (first failure, its line, the hint, the "
+                     "figures, what to look at next).")]
+
+
+def _output_format(json_output: bool, chosen: OutputFormat | None) -> OutputFormat:
+    if json_output and chosen not in (None, OutputFormat.JSON):
+        raise krung.UsageError(f"--json and --format {chosen.value} ask for different outputs",
+                               hint="give only one of them")
+    return OutputFormat.JSON if json_output else (chosen or OutputFormat.TEXT)
+
+
 def _settings(store: Path | None) -> krung.Settings:
     settings = krung.Settings.from_env()
     return settings.replace(store=store) if store else settings
@@ -63,12 +82,14 @@ def run(
     compile_timeout: Annotated[float | None, typer.Option(
         help="Seconds allowed for the import and the first call (JIT compile).")] = None,
     json_output: JsonOption = False,
+    output_format: FormatOption = None,
     store: StoreOption = None,
 ) -> None:
     """Evaluate one version of a problem through the ladder and record the run."""
     settings = _settings(store).replace(call_timeout_s=timeout,
                                         compile_timeout_s=compile_timeout)
-    show = not json_output
+    chosen = _output_format(json_output, output_format)
+    show = chosen is OutputFormat.TEXT
     status = err.status("starting", spinner="dots") if show and err.is_terminal else None
 
     def on_env(env: dict) -> None:
@@ -94,8 +115,10 @@ def run(
     finally:
         if status is not None:
             status.stop()
-    if json_output:
+    if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
+    elif chosen is OutputFormat.AGENT:
+        sys.stdout.write(report.agent_summary(result) + "\n")
     else:
         _print_tables_and_verdict(result)
     if result.error:
@@ -148,12 +171,17 @@ def show(
     run_id: Annotated[str, typer.Argument(help="A run id, or a unique prefix of one.")],
     source: Annotated[bool, typer.Option(help="Include the version's source.")] = False,
     json_output: JsonOption = False,
+    output_format: FormatOption = None,
     store: StoreOption = None,
 ) -> None:
     """One run: its rungs, figures and failures."""
+    chosen = _output_format(json_output, output_format)
     found = _open(store).get(run_id)
-    if json_output:
+    if chosen is OutputFormat.JSON:
         _print_json(found.to_json(with_source=source))
+        return
+    if chosen is OutputFormat.AGENT:
+        sys.stdout.write(report.agent_summary(found) + "\n")
         return
     out.print(f"run {found.run_id}  {found.problem}  {found.solution}", markup=False)
     out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}",
@@ -190,6 +218,31 @@ def best(
         return
     out.print(f"rule: {rule}", markup=False)
     out.print(report.history_table([chosen], f"best of {len(runs)} passing run(s)"))
+
+
+# For coding agents: the MCP server and the run's JSON Schema.
+
+
+@app.command("mcp")
+def mcp_server(
+    http: Annotated[int | None, typer.Option(
+        "--http", metavar="PORT", help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) "
+                                       "instead of stdio.")] = None,
+    store: StoreOption = None,
+) -> None:
+    """Serve krung's tools to coding agents over the Model Context Protocol (stdio)."""
+    try:
+        from krung.mcp import serve
+    except ImportError as exc:
+        raise krung.UsageError(f"the MCP server needs the mcp package, version 2 or newer "
+                               f"({exc})", hint="pip install 'krung[mcp]'") from None
+    serve(store=_settings(store).store, http_port=http)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema (draft 2020-12) of a run: what `krung run --json` prints."""
+    _print_json(krung.run_schema())
 
 
 def _print_tables_and_verdict(run: krung.Run) -> None:

@@ -135,6 +135,8 @@ def test_bad_sources_are_explained(krung, workspace, tmp_path):
     assert package.code == 2 and "no installed package" in package.stderr
     name = krung("context", "add", "../up", tmp_path, cwd=workspace)
     assert name.code == 2 and "not a usable context entry name" in name.stderr
+    inside = krung("context", "add", "again", "context", cwd=workspace)
+    assert inside.code == 2 and "already inside" in inside.stderr
     assert sorted(p.name for p in (workspace / "context").iterdir()) == ["INDEX.md"]
 
 

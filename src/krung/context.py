@@ -88,6 +88,10 @@ def add_context(workspace: str | Path, name: str, source: str, *,
     _check_name(name)
     local = Path(source).expanduser()
     if local.exists():
+        root = context_dir(workspace).resolve()
+        if local.resolve() == root or root in local.resolve().parents:
+            raise UsageError(f"{source} is already inside {root}",
+                             hint="add material from outside context/; it is searched as is")
         described = f"path {local.resolve()}"
         return _install(workspace, name, replace, described,
                         lambda dest: _copy_tree(local, dest, suffixes=None))

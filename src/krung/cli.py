@@ -6,6 +6,7 @@ Exit status (ExitCode): 0 every rung ok; 1 a rung failed; 2 bad usage or a broke
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import sys
@@ -16,7 +17,7 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import report
+from krung import cli_workspace, display, report
 from krung.scaffold import scaffold
 from krung.store import summary_of
 
@@ -90,7 +91,10 @@ def run(
                                         compile_timeout_s=compile_timeout)
     chosen = _output_format(json_output, output_format)
     show = chosen is OutputFormat.TEXT
-    status = err.status("starting", spinner="dots") if show and err.is_terminal else None
+    # A bar on a terminal, else `[rung] case i/n ...` lines on stderr at most once a second.
+    asked = {n.strip() for n in rungs.split(",")} if rungs else set(krung.RUNGS)
+    planned = [r for r in krung.RUNGS if r in asked]
+    progress = display.run_progress(err, planned) if show else None
 
     def on_env(env: dict) -> None:
         if show and not getattr(on_env, "done", False):
@@ -98,23 +102,20 @@ def run(
             on_env.done = True  # type: ignore[attr-defined]
 
     def on_progress(rung: str, message: str) -> None:
-        if status is not None:
-            status.update(f"{rung}: {message}")
+        if progress is not None:
+            progress.update(rung, message)
 
     def on_result(result: krung.RungResult) -> None:
+        if progress is not None:
+            progress.rung_done(result)
         if show:
             for line in report.rung_block(result):
                 out.print(line, markup=False)
 
-    if status is not None:
-        status.start()
-    try:
+    with progress or contextlib.nullcontext():
         result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
                                 settings=settings, on_result=on_result,
                                 on_progress=on_progress, on_env=on_env)
-    finally:
-        if status is not None:
-            status.stop()
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
     elif chosen is OutputFormat.AGENT:
@@ -267,6 +268,12 @@ def _problem_name(spec: str) -> str:
 def _brief(run: krung.Run) -> dict[str, Any]:
     return {"run_id": run.run_id, "problem": run.problem, "solution": run.solution,
             "device": run.device, "ok": run.ok, "started_at": run.started_at}
+
+
+# Working in a workspace: `krung init`, `krung watch`, `krung context ...` (cli_workspace.py).
+app.command()(cli_workspace.init)
+app.command()(cli_workspace.watch)
+app.add_typer(cli_workspace.context_app, name="context")
 
 
 def main() -> None:

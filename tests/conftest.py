@@ -54,11 +54,12 @@ def krung(store, tmp_path):
     """Run the real `krung` command in a subprocess, with a private store, on the CPU unless
     the test passes --device."""
 
-    def run(*args: str, timeout: float = 600, env: dict | None = None) -> Result:
+    def run(*args: str, timeout: float = 600, env: dict | None = None,
+            cwd: Path | None = None) -> Result:
         environ = dict(os.environ, KRUNG_STORE=str(store), KRUNG_DEVICE="cpu", **(env or {}))
         done = subprocess.run([sys.executable, "-m", "krung", *map(str, args)],
                               capture_output=True, text=True, timeout=timeout, env=environ,
-                              cwd=tmp_path)
+                              cwd=cwd or tmp_path)
         return Result(done.returncode, done.stdout, done.stderr)
 
     return run

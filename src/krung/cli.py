@@ -6,6 +6,7 @@ Exit status (ExitCode): 0 every rung ok; 1 a rung failed; 2 bad usage or a broke
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import sys
@@ -16,7 +17,7 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import report
+from krung import cli_workspace, display, report
 from krung.scaffold import scaffold
 from krung.store import summary_of
 
@@ -38,6 +39,25 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 StoreOption = Annotated[Path | None, typer.Option(
     "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+class OutputFormat(str, enum.Enum):
+    TEXT = "text"
+    JSON = "json"
+    AGENT = "agent"
+
+
+FormatOption = Annotated[OutputFormat | None, typer.Option(
+    "--format", help="text (default), json (the same as --json), or agent: a short plain "
+                     "verdict for coding agents (first failure, its line, the hint, the "
+                     "figures, what to look at next).")]
+
+
+def _output_format(json_output: bool, chosen: OutputFormat | None) -> OutputFormat:
+    if json_output and chosen not in (None, OutputFormat.JSON):
+        raise krung.UsageError(f"--json and --format {chosen.value} ask for different outputs",
+                               hint="give only one of them")
+    return OutputFormat.JSON if json_output else (chosen or OutputFormat.TEXT)
 
 
 def _settings(store: Path | None) -> krung.Settings:
@@ -63,13 +83,18 @@ def run(
     compile_timeout: Annotated[float | None, typer.Option(
         help="Seconds allowed for the import and the first call (JIT compile).")] = None,
     json_output: JsonOption = False,
+    output_format: FormatOption = None,
     store: StoreOption = None,
 ) -> None:
     """Evaluate one version of a problem through the ladder and record the run."""
     settings = _settings(store).replace(call_timeout_s=timeout,
                                         compile_timeout_s=compile_timeout)
-    show = not json_output
-    status = err.status("starting", spinner="dots") if show and err.is_terminal else None
+    chosen = _output_format(json_output, output_format)
+    show = chosen is OutputFormat.TEXT
+    # A bar on a terminal, else `[rung] case i/n ...` lines on stderr at most once a second.
+    asked = {n.strip() for n in rungs.split(",")} if rungs else set(krung.RUNGS)
+    planned = [r for r in krung.RUNGS if r in asked]
+    progress = display.run_progress(err, planned) if show else None
 
     def on_env(env: dict) -> None:
         if show and not getattr(on_env, "done", False):
@@ -77,25 +102,24 @@ def run(
             on_env.done = True  # type: ignore[attr-defined]
 
     def on_progress(rung: str, message: str) -> None:
-        if status is not None:
-            status.update(f"{rung}: {message}")
+        if progress is not None:
+            progress.update(rung, message)
 
     def on_result(result: krung.RungResult) -> None:
+        if progress is not None:
+            progress.rung_done(result)
         if show:
             for line in report.rung_block(result):
                 out.print(line, markup=False)
 
-    if status is not None:
-        status.start()
-    try:
+    with progress or contextlib.nullcontext():
         result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
                                 settings=settings, on_result=on_result,
                                 on_progress=on_progress, on_env=on_env)
-    finally:
-        if status is not None:
-            status.stop()
-    if json_output:
+    if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
+    elif chosen is OutputFormat.AGENT:
+        sys.stdout.write(report.agent_summary(result) + "\n")
     else:
         _print_tables_and_verdict(result)
     if result.error:
@@ -148,12 +172,17 @@ def show(
     run_id: Annotated[str, typer.Argument(help="A run id, or a unique prefix of one.")],
     source: Annotated[bool, typer.Option(help="Include the version's source.")] = False,
     json_output: JsonOption = False,
+    output_format: FormatOption = None,
     store: StoreOption = None,
 ) -> None:
     """One run: its rungs, figures and failures."""
+    chosen = _output_format(json_output, output_format)
     found = _open(store).get(run_id)
-    if json_output:
+    if chosen is OutputFormat.JSON:
         _print_json(found.to_json(with_source=source))
+        return
+    if chosen is OutputFormat.AGENT:
+        sys.stdout.write(report.agent_summary(found) + "\n")
         return
     out.print(f"run {found.run_id}  {found.problem}  {found.solution}", markup=False)
     out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}",
@@ -192,6 +221,31 @@ def best(
     out.print(report.history_table([chosen], f"best of {len(runs)} passing run(s)"))
 
 
+# For coding agents: the MCP server and the run's JSON Schema.
+
+
+@app.command("mcp")
+def mcp_server(
+    http: Annotated[int | None, typer.Option(
+        "--http", metavar="PORT", help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) "
+                                       "instead of stdio.")] = None,
+    store: StoreOption = None,
+) -> None:
+    """Serve krung's tools to coding agents over the Model Context Protocol (stdio)."""
+    try:
+        from krung.mcp import serve
+    except ImportError as exc:
+        raise krung.UsageError(f"the MCP server needs the mcp package, version 2 or newer "
+                               f"({exc})", hint="pip install 'krung[mcp]'") from None
+    serve(store=_settings(store).store, http_port=http)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema (draft 2020-12) of a run: what `krung run --json` prints."""
+    _print_json(krung.run_schema())
+
+
 def _print_tables_and_verdict(run: krung.Run) -> None:
     for rung in run.rungs:
         table = report.case_table(rung)
@@ -214,6 +268,12 @@ def _problem_name(spec: str) -> str:
 def _brief(run: krung.Run) -> dict[str, Any]:
     return {"run_id": run.run_id, "problem": run.problem, "solution": run.solution,
             "device": run.device, "ok": run.ok, "started_at": run.started_at}
+
+
+# Working in a workspace: `krung init`, `krung watch`, `krung context ...` (cli_workspace.py).
+app.command()(cli_workspace.init)
+app.command()(cli_workspace.watch)
+app.add_typer(cli_workspace.context_app, name="context")
 
 
 def main() -> None:

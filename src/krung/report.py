@@ -1,16 +1,18 @@
-"""Runs as text for people and agents: rung lines, per-case tables, history.
+"""Runs as text for people and agents: rung lines, per-case tables, history, and the short
+verdict an agent acts on (`agent_summary`).
 
 Plain strings and rich tables only; the CLI decides where they go. JSON is Run.to_json.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from krung.results import Run, RungResult, Status, format_value
 from krung.store import summary_of
+
+if TYPE_CHECKING:  # rich is imported where a table is drawn: the API stays light to import
+    from rich.table import Table
 
 DETAIL_LINES = 24
 
@@ -52,6 +54,8 @@ def case_table(result: RungResult) -> Table | None:
     rows = result.figures.get("per_case")
     if not rows:
         return None
+    from rich.table import Table
+
     columns = _COLUMNS.get(result.name) or [k for k in rows[0] if k != "case"]
     table = Table(title=f"{result.name} per case", title_justify="left", box=None,
                   header_style="bold", pad_edge=False)
@@ -72,6 +76,8 @@ _COLUMNS = {
 
 
 def history_table(runs: list[Run], title: str) -> Table:
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", box=None, header_style="bold",
                   pad_edge=False)
     for column in ("run", "started", "version", "verdict", "time (geomean)", "speedup",
@@ -92,3 +98,172 @@ def history_table(runs: list[Run], title: str) -> Table:
                       run.solution.rsplit("/", 1)[-1], verdict_text, time_text,
                       f"{speedup:.3g}x" if speedup else "-", run.device)
     return table
+
+
+# The agent's verdict: short, plain (no colours, no tables), in the order an agent acts on it.
+AGENT_MAX_LINES = 40
+AGENT_LINE_CHARS = 500  # room for a whole error message; tracebacks rarely reach it
+AGENT_DETAIL_LINES = 10
+AGENT_CASES = 8
+
+
+def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
+    """A plain-text verdict of at most `max_lines` lines: the first failing rung, its error,
+    where in the version (with the source line) and the hint; the figures that matter; and
+    the next thing to look at."""
+    failed = next((r for r in run.rungs if r.status is Status.FAILED), None)
+    head = [_agent_verdict(run, failed), "rungs: " + ", ".join(_rung_state(r) for r in run.rungs)]
+    body: list[str] = []
+    if run.error:
+        head.append(f"error: {run.error.strip().splitlines()[0]}")
+        body += _indented(run.error.strip().splitlines()[1:])
+    if failed is not None:
+        head += _failure_lines(run, failed)
+        body += _indented((failed.details or "").rstrip().splitlines())
+    body += _correctness_lines(run.rung("correctness"))
+    body += _benchmark_lines(run.rung("benchmark"))
+    tail = [f"next: {_next_step(run, failed)}"]
+    room = max(max_lines - len(head) - len(tail), 0)
+    if len(body) > room:
+        body = [*body[:max(room - 1, 0)], f"... ({len(body) - room + 1} more lines cut)"]
+    lines = [*head, *body, *tail][:max_lines]
+    return "\n".join(_clip(line) for line in lines)
+
+
+def _agent_verdict(run: Run, failed: RungResult | None) -> str:
+    where = f"run {run.run_id}  problem {run.problem}  version {_file_name(run.solution)}  " \
+            f"device {run.device}"
+    if run.error:
+        return f"ERROR (krung itself failed, not a verdict on the version)  {where}"
+    if failed is not None:
+        return f"FAILED at {failed.name}  {where}"
+    if not run.ok:
+        return f"INCOMPLETE (no rung failed, some were skipped)  {where}"
+    return f"OK (every rung passed)  {where}"
+
+
+def _rung_state(result: RungResult) -> str:
+    if result.status is Status.SKIPPED:
+        return f"{result.name} skipped ({result.reason})"
+    return f"{result.name} {'ok' if result.ok else 'FAILED'}"
+
+
+def _failure_lines(run: Run, failed: RungResult) -> list[str]:
+    lines = [f"error: {failed.error}"]
+    if failed.location:
+        lines.append(f"where: {failed.location}")
+        number, code = _source_line(run, failed.location)
+        if code and code not in (failed.details or ""):  # details often show it already
+            lines.append(f"  {number} | {code}")
+    if failed.hint:
+        lines.append(f"hint: {failed.hint}")
+    cases = failed.figures.get("failed_cases")
+    if cases:
+        total = failed.figures.get("cases", "?")
+        shown = "; ".join(cases[:AGENT_CASES]) + (" ..." if len(cases) > AGENT_CASES else "")
+        lines.append(f"failing cases ({len(cases)} of {total}): {shown}")
+    return lines
+
+
+def _source_line(run: Run, location: str) -> tuple[str, str | None]:
+    """The number and the text of the version's line that `location` (file:line) names."""
+    file, _, number = location.rpartition(":")
+    if not number.isdigit() or _file_name(file) != _file_name(run.solution):
+        return number, None
+    lines = run.source.splitlines()
+    index = int(number) - 1
+    return number, (lines[index].strip() or None) if 0 <= index < len(lines) else None
+
+
+def _correctness_lines(rung: RungResult | None) -> list[str]:
+    if rung is None or rung.status is Status.SKIPPED or "cases" not in rung.figures:
+        return []
+    f = rung.figures
+    text = (f"correctness: {f.get('passed')}/{f.get('cases')} cases passed "
+            f"({f.get('seeds')} seeds each); max_abs_err {format_value(f.get('max_abs_err'))}"
+            f" max_rel_err {format_value(f.get('max_rel_err'))}")
+    if f.get("worst_case"):
+        text += f" (worst {f['worst_case']})"
+    if f.get("psnr_db") is not None:
+        text += f"; psnr {format_value(f['psnr_db'])} dB"
+    if f.get("cossim") is not None:
+        text += f"; cossim {format_value(f['cossim'])}"
+    return [text]
+
+
+def _benchmark_lines(rung: RungResult | None) -> list[str]:
+    if rung is None or not rung.ok:
+        return []
+    f = rung.figures
+    timer = f.get("timer")
+    clock = f"{timer}: CPU wall-clock, not GPU time" if timer == "cpu-wall" else timer
+    lines = [f"benchmark ({clock}): geomean {format_value(f.get('geomean_us'))} us, "
+             f"speedup {format_value(f.get('speedup'))}x vs the reference (>1 is faster)"]
+    rows = f.get("per_case") or []
+    for row in rows[:AGENT_CASES]:
+        lines.append(f"  {row.get('case')}: {format_value(row.get('median_us'))} us "
+                     f"(p10 {format_value(row.get('p10_us'))}, p90 "
+                     f"{format_value(row.get('p90_us'))}), reference "
+                     f"{format_value(row.get('ref_median_us'))} us, speedup "
+                     f"{format_value(row.get('speedup'))}x")
+    if len(rows) > AGENT_CASES:
+        lines.append(f"  ... {len(rows) - AGENT_CASES} more case(s)")
+    return lines
+
+
+def _next_step(run: Run, failed: RungResult | None) -> str:
+    if run.error:
+        return ("read judge.log in the run's folder (runs/<run id>/ beside the store); if "
+                "the error repeats on a plain re-run, it is a krung bug")
+    if failed is not None:
+        return _next_for_failure(failed)
+    skipped = [r for r in run.rungs if r.status is Status.SKIPPED]
+    if skipped:
+        return f"{skipped[0].name} was skipped: {skipped[0].reason}"
+    bench = run.rung("benchmark")
+    if bench is None:
+        return "the version is correct; climb the benchmark rung to time it"
+    rows = [r for r in bench.figures.get("per_case") or [] if r.get("speedup")]
+    slowest = min(rows, key=lambda r: r["speedup"], default=None)
+    cpu = bench.figures.get("timer") == "cpu-wall"
+    note = (" (these are interpreter times on a CPU, which say little about the GPU: time it "
+            "on a GPU before optimising)" if cpu else "")
+    if slowest is not None and slowest["speedup"] < 1:
+        slower = sum(r["speedup"] < 1 for r in rows)
+        return (f"correct but slower than the reference on {slower} of {len(rows)} bench "
+                f"case(s), most on {slowest['case']}{note}")
+    target = f", the least gain on {slowest['case']}" if slowest is not None else ""
+    return (f"correct and faster than the reference{target}; compare with earlier versions "
+            f"(history, diff of two runs) before the next optimisation{note}")
+
+
+def _next_for_failure(failed: RungResult) -> str:
+    where = f" at {failed.location}" if failed.location else ""
+    kind = failed.error_type or "error"
+    if kind == "Mismatch":
+        cases = failed.figures.get("failed_cases") or []
+        first = f" (start with {cases[0]})" if cases else ""
+        return ("the outputs are wrong on some cases" + first + ": compare the failing and "
+                "the passing sizes, follow the hint, fix, and evaluate again")
+    if kind in ("WorkerCrashed", "Timeout", "WorkerDead"):
+        return (f"the version's process {'hung' if kind == 'Timeout' else 'died'}{where}: "
+                "read worker.log in the run's folder (runs/<run id>/ beside the store) for "
+                "its stack, fix, and evaluate again")
+    if kind == "InternalError":
+        return "the problem's code or krung raised this, not the version: read the details"
+    see = " (see the hint)" if failed.hint else ""
+    return f"fix the {kind}{where}{see}, then evaluate again"
+
+
+def _indented(lines: list[str]) -> list[str]:
+    if len(lines) > AGENT_DETAIL_LINES:
+        lines = [*lines[:AGENT_DETAIL_LINES], f"... ({len(lines) - AGENT_DETAIL_LINES} more)"]
+    return [f"  | {line}" for line in lines]
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= AGENT_LINE_CHARS else line[:AGENT_LINE_CHARS - 3] + "..."
+
+
+def _file_name(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]

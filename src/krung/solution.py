@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,25 @@ def read_solution(path: str | Path) -> Solution:
     data = file.read_bytes()
     return Solution(path=file.resolve(), source=data.decode(errors="replace"),
                     sha256=hashlib.sha256(data).hexdigest())
+
+
+def save_version(source: str, *, name: str | None = None,
+                 store: str | Path | None = None) -> Path:
+    """Write a version given as text to `<store dir>/versions/<name>-<sha>.py` and return the
+    path; the same text gets the same file, so a re-sent version is not duplicated."""
+    from krung.settings import Settings
+
+    if not source.strip():
+        raise UsageError("the version's source is empty",
+                         hint=f"send the text of a Python file that defines `{ENTRY_POINT}`")
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name or "").strip("._-")[:60] or "version"
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    folder = Path(store or Settings.from_env().store).parent / "versions"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{label.removesuffix('.py')}-{digest}.py"
+    if not path.is_file():
+        path.write_text(source)
+    return path.resolve()
 
 
 def imported_modules(tree: ast.AST) -> list[tuple[str, int]]:

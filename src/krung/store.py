@@ -7,9 +7,11 @@ and a busy timeout let several evaluations write to one store at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import sqlite3
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -71,9 +73,10 @@ class Store:
     def close(self) -> None:
         self._db.close()
 
-    def artifacts_dir(self, run_id: str) -> Path:
+    def artifacts_dir(self, run_id: str, create: bool = True) -> Path:
         folder = self.path.parent / "runs" / run_id
-        folder.mkdir(parents=True, exist_ok=True)
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
         return folder
 
     # Writing, in the order an evaluation does it.
@@ -149,6 +152,21 @@ class Store:
         if row["state"] == "running":
             run.error = run.error or "unfinished: the evaluation was interrupted or is running"
         return run
+
+
+@contextlib.contextmanager
+def opened(store: str | Path | Store | None) -> Iterator[Store]:
+    """The store given, or one opened (and closed after) from a path or the settings."""
+    if isinstance(store, Store):
+        yield store
+        return
+    from krung.settings import Settings
+
+    db = Store(store or Settings.from_env().store)
+    try:
+        yield db
+    finally:
+        db.close()
 
 
 def summary_of(run: Run) -> dict[str, Any]:

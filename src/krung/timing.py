@@ -155,7 +155,10 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
     while len(device_us) < plan.max_samples:
         batch = min(batch, plan.max_samples - len(device_us))
         if mode == "cupti":
-            got = _cupti_batch(call, sets, batch, len(device_us))
+            try:
+                got = _cupti_batch(call, sets, batch, len(device_us))
+            except RuntimeError:  # the profiler could not start (another one holds CUPTI?)
+                got = None
             if got is None:  # no kernel records: CUPTI is not usable in this process
                 _Cuda.cupti = False
                 mode = "events"

@@ -1,0 +1,101 @@
+"""Which problems there are, and what each asks for, for a process that must not import
+torch or a problem's code (the CLI, the MCP server).
+
+Listing finds `problem.py` files and parses them; describing runs the problem in a child
+process (`python -m krung.problem.describe`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from krung.errors import KrungError, ProblemError
+from krung.problem import (
+    PROBLEM_FILE,
+    builtin_dir,
+    builtin_problems,
+    find_problem,
+    read_description,
+)
+
+DESCRIBE_TIMEOUT_S = 120.0
+
+SEARCH_DEPTH = 3  # root/problem.py, root/x/problem.py, ... root/x/y/z/problem.py
+MAX_FOLDERS = 5000  # a guard for a root such as a home directory
+_SKIP = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
+
+
+def list_problems(root: str | Path | None = None) -> list[dict[str, Any]]:
+    """The built-in problems, then the problem directories found under `root` (default: the
+    current directory), each as {name, path, description, builtin}."""
+    found = [{"name": name, "path": str(builtin_dir() / name), "description": description,
+              "builtin": True} for name, description in builtin_problems()]
+    seen = {Path(p["path"]).resolve() for p in found}
+    for folder in local_problem_dirs(Path(root) if root is not None else Path.cwd()):
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
+        found.append({"name": folder.name, "path": str(folder),
+                      "description": read_description(folder / PROBLEM_FILE), "builtin": False})
+    return found
+
+
+def local_problem_dirs(root: Path) -> list[Path]:
+    """Folders under `root` that hold a problem.py, breadth first, hidden folders and
+    virtual environments left out."""
+    found: list[Path] = []
+    level = [root]
+    visited = 0
+    for depth in range(SEARCH_DEPTH + 1):
+        following: list[Path] = []
+        for folder in level:
+            visited += 1
+            if visited > MAX_FOLDERS:
+                return found
+            if (folder / PROBLEM_FILE).is_file():
+                found.append(folder)
+            if depth == SEARCH_DEPTH:
+                continue
+            try:
+                children = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
+                continue
+            following += [Path(e.path) for e in children if e.is_dir(follow_symlinks=False)
+                          and not e.name.startswith(".") and e.name not in _SKIP
+                          and not (Path(e.path) / "pyvenv.cfg").exists()]
+        level = following
+    return found
+
+
+def describe_problem(spec: str | Path, timeout: float = DESCRIBE_TIMEOUT_S) -> dict[str, Any]:
+    """Describe a problem (a directory or a built-in name) from a child process.
+
+    Raises UsageError for an unknown problem and ProblemError for a broken one.
+    """
+    path = find_problem(spec)
+    try:
+        done = subprocess.run([sys.executable, "-m", "krung.problem.describe", str(path)],
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise KrungError(f"describing {path} took more than {timeout:g} s",
+                         hint="the problem's import, make_inputs or reference is slow on its "
+                              "smallest test case: make that case small") from None
+    try:
+        answer = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise KrungError(f"describing {path} failed (exit status {done.returncode}):\n{tail}",
+                         hint=f"run `python -c 'import runpy; runpy.run_path(\"{path}/"
+                              f"{PROBLEM_FILE}\")'` to see the problem's own error") from None
+    if "error" in answer:
+        error = answer["error"]
+        if error.get("defects"):
+            raise ProblemError(str(path), [tuple(d) for d in error["defects"]])
+        raise KrungError(error["message"], hint=error.get("hint"))
+    return answer

@@ -1,0 +1,294 @@
+"""The MCP server end to end: `python -m krung mcp` in a subprocess, driven by the official
+SDK's client over stdio (and once over streamable HTTP), on a small torch-only problem."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp.server.mcpserver", reason="the MCP server needs `krung[mcp]`")
+
+import anyio
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+import krung
+from tests.conftest import write
+
+TOOLS = {"list_problems", "describe_problem", "evaluate", "history", "show_run",
+         "get_artifact", "diff_runs", "profile"}
+# Prints at import, so the worker's log has something to fetch.
+GOOD = """
+print("hello from the good version")
+
+def kernel(x):
+    return x * 2 + 1
+"""
+# Right on the float32 cases, wrong on the last element of the long bf16 case.
+TAIL_BUG = """
+def kernel(x):
+    y = x * 2 + 1
+    if x.numel() > 1000:
+        y[-1] = 0
+    return y
+"""
+
+
+def environment(store: Path) -> dict[str, str]:
+    src = str(Path(krung.__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "KRUNG_STORE": str(store), "KRUNG_DEVICE": "cpu", "PYTHONPATH": path}
+
+
+@asynccontextmanager
+async def connect(store: Path, cwd: Path):
+    """A client session with a fresh `python -m krung mcp` over stdio."""
+    server = StdioServerParameters(command=sys.executable, args=["-m", "krung", "mcp"],
+                                   env=environment(store), cwd=str(cwd))
+    with open(cwd / "server-stderr.log", "w") as errlog:
+        async with stdio_client(server, errlog=errlog) as (read, write_stream), \
+                ClientSession(read, write_stream) as session:
+            await session.initialize()
+            yield session
+
+
+def text_of(result) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+def test_tools_are_listed_with_precise_schemas(store, tmp_path):
+    async def body():
+        async with connect(store, tmp_path) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == TOOLS
+        for tool in tools.values():
+            assert len(tool.description) > 80, tool.name
+        evaluate = tools["evaluate"].input_schema
+        assert evaluate["required"] == ["problem"]
+        assert set(evaluate["properties"]) == {"problem", "version_path", "source", "name",
+                                               "rungs", "seed", "device"}
+        rungs = evaluate["properties"]["rungs"]["anyOf"][0]
+        assert rungs["items"]["enum"] == list(krung.RUNGS)
+        assert "description" in evaluate["properties"]["source"]
+        kinds = tools["get_artifact"].input_schema["properties"]["kind"]["anyOf"][0]["enum"]
+        assert {"ptx", "sass", "ttir", "ttgir", "llir", "log", "profile"} <= set(kinds)
+        assert tools["history"].annotations.read_only_hint is True
+
+    anyio.run(body)
+
+
+def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_problem):
+    good = write(tmp_path / "versions" / "good.py", GOOD)
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(value, total, message):
+        progress.append((value, total, message))
+
+    async def body():
+        async with connect(store, tmp_path) as session:
+            passed = await session.call_tool(
+                "evaluate", {"problem": str(scale_problem), "version_path": str(good)},
+                progress_callback=on_progress)
+            failed = await session.call_tool(
+                "evaluate", {"problem": "scale", "source": TAIL_BUG, "name": "tail bug"})
+            history = await session.call_tool("history", {"problem": "scale"})
+            good_id = passed.structured_content["run_id"]
+            shown = await session.call_tool("show_run", {"run_id": good_id[:5],
+                                                         "with_source": True})
+            listed = await session.call_tool("get_artifact", {"run_id": good_id})
+            log = await session.call_tool("get_artifact", {"run_id": good_id,
+                                                           "name": "worker.log"})
+            log_tail = await session.call_tool("get_artifact", {
+                "run_id": good_id, "kind": "log", "kernel": "worker", "offset": -20})
+            diff = await session.call_tool("diff_runs", {
+                "run_a": good_id, "run_b": failed.structured_content["run_id"]})
+        return passed, failed, history, shown, listed, log, log_tail, diff
+
+    passed, failed, history, shown, listed, log, log_tail, diff = anyio.run(body)
+
+    # A passing version: the run's JSON, a short verdict, and progress on the way.
+    assert not passed.is_error, text_of(passed)
+    run = passed.structured_content
+    assert run["ok"] is True
+    assert [r["name"] for r in run["rungs"]] == list(krung.RUNGS)
+    assert passed.content[0].text.startswith("OK (every rung passed)")
+    assert len(progress) >= len(krung.RUNGS)
+    values = [value for value, _, _ in progress]
+    assert values == sorted(values) and len(set(values)) == len(values)
+    assert values[-1] == len(krung.RUNGS)
+    assert all(total == len(krung.RUNGS) for _, total, _ in progress)
+    assert any(message and message.startswith("correctness: case") for *_, message in progress)
+
+    # A wrong version sent as source: saved under the store, failing correctness with a hint.
+    assert not failed.is_error, text_of(failed)
+    bad = failed.structured_content
+    assert bad["ok"] is False
+    saved = Path(bad["solution"])
+    assert saved.parent == store.parent / "versions"
+    assert saved.name.startswith("tail_bug-") and saved.read_text() == TAIL_BUG
+    rungs = {r["name"]: r for r in bad["rungs"]}
+    assert rungs["correctness"]["status"] == "failed"
+    assert rungs["correctness"]["error_type"] == "Mismatch"
+    summary = failed.content[0].text
+    assert summary.startswith("FAILED at correctness")
+    assert "hint: " in summary and "next: " in summary
+
+    runs = history.structured_content["runs"]
+    assert [r["run_id"] for r in runs] == [bad["run_id"], run["run_id"]]
+    assert runs[1]["verdict"] == "ok" and runs[1]["geomean_us"] > 0
+    assert runs[0]["failed_rung"] == "correctness"
+
+    assert shown.structured_content["run_id"] == run["run_id"]
+    assert shown.structured_content["source"] == good.read_text()
+
+    names = {f["name"]: f["kind"] for f in listed.structured_content["files"]}
+    assert names["worker.log"] == "log" and names["judge.log"] == "log"
+    assert "hello from the good version" in log.structured_content["text"]
+    assert "hello from the good version" in text_of(log)
+    assert log_tail.structured_content["name"] == "worker.log"
+    assert len(log_tail.structured_content["text"]) <= 20
+
+    changes = diff.structured_content
+    assert "+    if x.numel() > 1000:" in changes["source_diff"]
+    assert "-print(\"hello from the good version\")" in changes["source_diff"]
+    by_rung = {r["name"]: r for r in changes["rungs"]}
+    assert by_rung["correctness"]["a"] == "ok" and by_rung["correctness"]["b"] == "failed"
+    error = by_rung["correctness"]["figures"]["max_abs_err"]
+    assert error["b"] > error["a"] and error["delta"] == error["b"] - error["a"]
+    assert by_rung["benchmark"]["b"] == "skipped"
+    assert "passes" in changes["summary"] and "fails" in changes["summary"]
+
+
+def test_errors_are_tool_errors_with_the_fix_and_the_server_lives_on(store, tmp_path,
+                                                                     scale_problem):
+    good = write(tmp_path / "good.py", GOOD)
+
+    async def body():
+        async with connect(store, tmp_path) as session:
+            answers = {
+                "no problem": await session.call_tool("evaluate", {
+                    "problem": "no_such_problem", "version_path": str(good)}),
+                "both versions": await session.call_tool("evaluate", {
+                    "problem": str(scale_problem), "version_path": str(good), "source": GOOD}),
+                "no version": await session.call_tool("evaluate", {
+                    "problem": str(scale_problem), "version_path": str(tmp_path / "nope.py")}),
+                "bad rung": await session.call_tool("evaluate", {
+                    "problem": str(scale_problem), "version_path": str(good),
+                    "rungs": ["correctnes"]}),
+                "no run": await session.call_tool("show_run", {"run_id": "ffffffff"}),
+                "profile": await session.call_tool("profile", {
+                    "problem": str(scale_problem), "version_path": str(good)}),
+            }
+            after = await session.call_tool("list_problems", {})
+        return answers, after
+
+    answers, after = anyio.run(body)
+    for what, answer in answers.items():
+        assert answer.is_error, what
+    text = {what: text_of(answer) for what, answer in answers.items()}
+    assert "UsageError: no problem at 'no_such_problem'" in text["no problem"]
+    assert "hint: give a problem directory, or one of the built-in problems:" in \
+        text["no problem"]
+    assert "exactly one of them" in text["both versions"] and "hint:" in text["both versions"]
+    assert "no version file at" in text["no version"]
+    assert "correctnes" in text["bad rung"]  # rejected by the tool's schema
+    assert "no run 'ffffffff'" in text["no run"] and "hint:" in text["no run"]
+    assert "ProfilerUnavailable: the profiler rung is not available in this krung yet" in \
+        text["profile"]
+    assert "hint: use evaluate" in text["profile"]
+    assert not after.is_error
+    assert not (store.parent / "versions").exists()  # nothing saved for refused calls
+
+
+def test_list_and_describe_problems(store, tmp_path, scale_problem):
+    write(tmp_path / "broken" / "problem.py", "def reference(x):\n    return x\n")
+    write(tmp_path / ".hidden" / "secret" / "problem.py", "description = 'hidden'\n")
+
+    async def body():
+        async with connect(store, tmp_path) as session:
+            listed = await session.call_tool("list_problems", {})
+            described = await session.call_tool("describe_problem",
+                                                {"problem": str(scale_problem)})
+            builtin = await session.call_tool("describe_problem", {"problem": "matmul"})
+            broken = await session.call_tool("describe_problem",
+                                             {"problem": str(tmp_path / "broken")})
+        return listed, described, builtin, broken
+
+    listed, described, builtin, broken = anyio.run(body)
+    problems = {p["name"]: p for p in listed.structured_content["problems"]}
+    assert {name for name, _ in krung.builtin_problems()} <= set(problems)
+    assert problems["softmax"]["builtin"] is True
+    assert problems["scale"] == {"name": "scale", "path": str(scale_problem),
+                                 "description": "y = 2x + 1", "builtin": False}
+    assert "broken" in problems and "secret" not in problems
+
+    about = described.structured_content
+    assert about["reference"]["signature"] == "reference(x)"
+    assert "return x * 2 + 1" in about["reference"]["source"]
+    assert "def kernel(x)" in about["entry_point"]
+    assert about["example"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": [1],
+                                           "stride": [1]}]
+    assert about["example"]["outputs"][0]["dtype"] == "float32"
+    assert [c["label"] for c in about["test_cases"]] == [
+        "n=1,dtype=float32", "n=1000,dtype=float32", "n=4099,dtype=bfloat16"]
+    bench = about["bench_cases"][0]
+    assert (bench["flops"], bench["bytes_moved"]) == (2 << 20, 8 << 20)
+    assert bench["flops_per_byte"] == 0.25
+    assert about["cpu_bench_cases"][0]["case"] == {"n": 4096, "dtype": "float32"}
+    tolerances = about["tolerance"]["by_dtype"]
+    assert tolerances["float32"]["atol"] == 1e-4 and tolerances["float32"]["rtol"] == 1e-4
+    assert tolerances["bfloat16"]["min_psnr_db"] is not None
+    assert "atol + rtol * |ref|" in about["tolerance"]["rule"]
+
+    assert [i["name"] for i in builtin.structured_content["example"]["inputs"]] == ["a", "b"]
+
+    assert broken.is_error
+    assert "ProblemError" in text_of(broken) and "`make_inputs` is missing" in text_of(broken)
+    assert "hint: define `def make_inputs" in text_of(broken)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_streamable_http_on_loopback(store, tmp_path):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "krung", "mcp", "--http", str(port)],
+                              env=environment(store), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    async def body():
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams, \
+                ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            problems = await session.call_tool("list_problems", {})
+        return {t.name for t in tools.tools}, problems
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()
+                assert time.monotonic() < deadline, "the HTTP server did not start in 60 s"
+                time.sleep(0.2)
+        names, problems = anyio.run(body)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        server.stderr.close()
+    assert names == TOOLS
+    assert not problems.is_error

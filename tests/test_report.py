@@ -1,0 +1,116 @@
+"""`agent_summary` and `--format agent`: a short plain verdict a coding agent can act on."""
+
+from __future__ import annotations
+
+from krung import Run, RungResult, Status
+from krung.report import AGENT_LINE_CHARS, AGENT_MAX_LINES, agent_summary
+
+GOOD = """
+def kernel(x):
+    return x * 2 + 1
+"""
+TAIL_BUG = """
+def kernel(x):
+    y = x * 2 + 1
+    if x.numel() > 1000:
+        y[-1] = 0
+    return y
+"""
+RAISES = "def kernel(x):\n    return x.view(3, -1) * 2\n"
+
+
+def check_shape(text: str) -> list[str]:
+    lines = text.rstrip("\n").splitlines()
+    assert 3 <= len(lines) <= AGENT_MAX_LINES
+    assert all(len(line) <= AGENT_LINE_CHARS for line in lines)
+    assert "\x1b" not in text  # no colours
+    assert lines[-1].startswith("next: ")
+    return lines
+
+
+def test_passing_run(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("good", GOOD), "--format", "agent")
+    assert result.code == 0, result.stderr
+    lines = check_shape(result.stdout)
+    assert lines[0].startswith("OK (every rung passed)  run ")
+    assert "version good.py  device cpu" in lines[0]
+    assert lines[1] == "rungs: static ok, compile ok, run ok, correctness ok, benchmark ok"
+    assert any(line.startswith("correctness: 3/3 cases passed (3 seeds each); max_abs_err ")
+               for line in lines)
+    assert any(line.startswith("benchmark (cpu-wall: CPU wall-clock, not GPU time): geomean ")
+               for line in lines)
+    assert any(line.startswith("  n=4096,dtype=float32: ") and "speedup" in line
+               for line in lines)
+
+
+def test_failing_run_names_the_rung_the_cases_and_the_fix(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("tail", TAIL_BUG), "--format", "agent")
+    assert result.code == 1
+    lines = check_shape(result.stdout)
+    assert lines[0].startswith("FAILED at correctness  run ")
+    assert "correctness FAILED, benchmark skipped (needs correctness, which failed)" in lines[1]
+    assert lines[2].startswith("error: Mismatch: 1/3 test cases fail; n=4099,dtype=bfloat16")
+    assert any(line.startswith("hint: some cases pass and others fail") for line in lines)
+    assert "failing cases (1 of 3): n=4099,dtype=bfloat16" in lines
+    assert "start with n=4099,dtype=bfloat16" in lines[-1]
+
+    run_id = lines[0].split("run ", 1)[1].split()[0]
+    shown = krung("show", run_id, "--format", "agent")
+    assert shown.code == 0
+    assert shown.stdout == result.stdout  # the same verdict, from the store
+
+
+def test_error_in_the_version_shows_the_line(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("raises", RAISES), "--format", "agent")
+    assert result.code == 1
+    lines = check_shape(result.stdout)
+    assert lines[0].startswith("FAILED at run")
+    assert lines[2].startswith("error: RuntimeError: ")
+    assert lines[3].startswith("where: ") and lines[3].endswith("raises.py:2")
+    assert any("return x.view(3, -1) * 2" in line for line in lines[4:])
+    assert lines[-1].startswith("next: fix the RuntimeError at ")
+    assert lines[-1].endswith("raises.py:2, then evaluate again")  # no hint to point at
+
+
+def test_json_and_agent_formats_conflict(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("good", GOOD), "--json", "--format", "agent")
+    assert result.code == 2
+    assert "--json and --format agent ask for different outputs" in result.stderr
+    assert "hint: give only one of them" in result.stderr
+    same = krung("run", scale_problem, version("good", GOOD), "--rungs", "static", "--json",
+                 "--format", "json")
+    assert same.code == 0 and same.json()["ok"] is True
+
+
+def test_summary_stays_short_whatever_the_run_holds():
+    details = "\n".join(f"traceback line {i} " + "x" * 400 for i in range(200))
+    failed_cases = [f"n={i},dtype=float32" for i in range(50)]
+    run = Run(run_id="abcd1234", problem="p", problem_path="/p", solution="/v/k.py",
+              source_sha256="0" * 64, device="cpu", source="def kernel(x):\n    return x\n",
+              rungs=[
+                  RungResult("static", Status.OK, figures={"dsl": "torch"}),
+                  RungResult("compile", Status.FAILED, error="CompilationError: " + "y" * 900,
+                             error_type="CompilationError", hint="use fewer registers",
+                             location="/v/k.py:2", details=details),
+                  RungResult("correctness", Status.FAILED, error="Mismatch: many",
+                             error_type="Mismatch", figures={"failed_cases": failed_cases,
+                                                             "cases": 60}),
+              ])
+    lines = check_shape(agent_summary(run))
+    assert lines[0].startswith("FAILED at compile")
+    assert lines[2].endswith("...") and len(lines[2]) == AGENT_LINE_CHARS  # clipped
+    assert "where: /v/k.py:2" in lines
+    assert "  2 | return x" in lines  # the source line, from the run
+    assert "hint: use fewer registers" in lines
+    assert "next: fix the CompilationError at /v/k.py:2 (see the hint), then evaluate again" \
+        in lines
+
+
+def test_broken_evaluation_is_not_a_verdict_on_the_version():
+    run = Run(run_id="abcd1234", problem="p", problem_path="/p", solution="/v/k.py",
+              source_sha256="0" * 64, error="the judge process exited with status 1\nlog tail",
+              rungs=[RungResult("static", Status.OK)])
+    lines = check_shape(agent_summary(run))
+    assert lines[0].startswith("ERROR (krung itself failed, not a verdict on the version)")
+    assert "error: the judge process exited with status 1" in lines
+    assert "judge.log" in lines[-1]

@@ -1,0 +1,148 @@
+"""`krung init`: workspaces made by the real command, and the loop run inside them."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from krung.workspace import reference_signature
+from tests.conftest import PROBLEMS
+
+
+def test_default_workspace_holds_the_template_and_its_first_version_passes(krung, tmp_path):
+    made = krung("init", "silu_ws")
+    assert made.code == 0, made.stderr
+    ws = tmp_path / "silu_ws"
+    for name in ("problem/problem.py", "versions/v1.py", "AGENTS.md", "CLAUDE.md", ".mcp.json",
+                 "context/INDEX.md", ".gitignore"):
+        assert (ws / name).is_file(), name
+    assert "next: cd silu_ws && krung run problem versions/v1.py" in made.stdout
+
+    # The loop as AGENTS.md tells it, run from the workspace: the first version passes.
+    result = krung("run", "problem", "versions/v1.py", "--json", cwd=ws)
+    assert result.code == 0, result.stdout + result.stderr
+    run = result.json()
+    assert run["ok"] and run["problem"] == "problem"
+    assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
+                                                 "benchmark"]
+    assert run["rungs"][0]["figures"]["dsl"] == "triton"
+    history = krung("history", "problem", "--json", cwd=ws)
+    assert [r["run_id"] for r in history.json()] == [run["run_id"]]
+
+
+def test_agents_md_gives_the_loop_the_commands_and_the_rules(krung, tmp_path):
+    assert krung("init", "ws", "--problem", "softmax").code == 0
+    text = (tmp_path / "ws" / "AGENTS.md").read_text()
+    for command in ("krung run problem versions/v1.py --format agent",
+                    "krung run problem versions/v2.py --rungs static,compile,run,correctness",
+                    "krung history problem", "krung best problem", "krung show RUN",
+                    "krung context search", "krung watch problem versions/v2.py",
+                    "krung context add --package triton"):
+        assert command in text, command
+    for words in ("static -> compile -> run -> correctness -> benchmark", "hint:",
+                  "median_us", "ref_median_us / median_us", "interpreter", "cpu-wall",
+                  "Roofline", "Nsight Compute", "Never edit anything under `problem/`",
+                  "torch.matmul", "Write each version as a new file",
+                  "Re-check correctness for every version", "kernel(x)",
+                  "[mcp_servers.krung]", ".cursor/mcp.json"):
+        assert words in text, words
+    claude = (tmp_path / "ws" / "CLAUDE.md").read_text()
+    assert "@AGENTS.md" in claude
+    mcp = json.loads((tmp_path / "ws" / ".mcp.json").read_text())
+    assert mcp == {"mcpServers": {"krung": {"command": "krung", "args": ["mcp"]}}}
+    index = (tmp_path / "ws" / "context" / "INDEX.md").read_text()
+    assert "krung context search QUERY" in index and "No entries yet" in index
+
+
+def test_builtin_problem_is_copied_without_its_solutions(krung, tmp_path):
+    assert krung("init", "ws", "--problem", "rmsnorm").code == 0
+    problem = tmp_path / "ws" / "problem"
+    assert (problem / "problem.py").read_text() == (PROBLEMS / "rmsnorm" / "problem.py").read_text()
+    assert not (problem / "solutions").exists()
+    version = (tmp_path / "ws" / "versions" / "v1.py").read_text()
+    assert "def kernel(x, w):" in version
+    assert "NotImplementedError" in version
+
+
+def test_triton_skeleton_compiles_and_its_first_call_says_what_to_fill_in(krung, tmp_path):
+    assert krung("init", "ws", "--problem", "softmax").code == 0
+    result = krung("run", "problem", "versions/v1.py", "--rungs", "static,compile,run", "--json",
+                   cwd=tmp_path / "ws")
+    assert result.code == 1
+    static, compile_, run = result.json()["rungs"]
+    assert static["status"] == "ok" and static["figures"]["dsl"] == "triton"
+    assert compile_["status"] == "ok"  # it imports; the first call's error is the run rung's
+    assert run["error_type"] == "NotImplementedError"
+    assert "versions/v2.py" in run["error"]
+    lines = (tmp_path / "ws" / "versions" / "v1.py").read_text().splitlines()
+    raise_line = next(i for i, line in enumerate(lines, 1) if "raise NotImplementedError" in line)
+    assert run["location"].endswith(f"v1.py:{raise_line}")
+
+
+@pytest.mark.parametrize("dsl, imports", [
+    ("cuda", "from torch.utils.cpp_extension import load_inline"),
+    ("cutedsl", "import cutlass.cute as cute"),
+    ("tilelang", "import tilelang.language as T"),
+])
+def test_other_dsls_get_a_skeleton_that_parses_and_is_recognised(krung, tmp_path, dsl, imports):
+    for name, problem_args in (("template", ()), ("builtin", ("--problem", "matmul"))):
+        assert krung("init", name, "--dsl", dsl, *problem_args).code == 0
+        source = (tmp_path / name / "versions" / "v1.py").read_text()
+        compile(source, "v1.py", "exec")  # valid Python, whatever the DSL
+        tree = ast.parse(source)
+        doc = ast.get_docstring(tree)
+        assert "How it runs" in doc and "What krung checks" in doc
+        assert imports in source
+        static = krung("run", "problem", "versions/v1.py", "--rungs", "static", "--json",
+                       cwd=tmp_path / name)
+        assert static.code == 0, static.stdout + static.stderr
+        assert static.json()["rungs"][0]["figures"]["dsl"] == dsl
+    assert "def kernel(x):\n    return silu(x)" in (tmp_path / "template/versions/v1.py").read_text()
+    assert "def kernel(a, b):" in (tmp_path / "builtin/versions/v1.py").read_text()
+
+
+def test_from_path_copies_a_problem_directory(krung, tmp_path, scale_problem):
+    (scale_problem / "solutions").mkdir()
+    (scale_problem / "solutions" / "answer.py").write_text("def kernel(x):\n    return x\n")
+    (scale_problem / "helpers.py").write_text("SCALE = 2\n")
+    made = krung("init", "ws", "--from", scale_problem)
+    assert made.code == 0, made.stderr
+    assert "copy of" in made.stdout
+    problem = tmp_path / "ws" / "problem"
+    assert (problem / "problem.py").is_file() and (problem / "helpers.py").is_file()
+    assert not (problem / "solutions").exists()
+
+
+def test_init_refuses_a_non_empty_directory_and_bad_arguments(krung, tmp_path, scale_problem):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine\n")
+    result = krung("init", "busy")
+    assert result.code == 2
+    assert "busy is not empty (1 entries: notes.txt)" in result.stderr
+    assert "hint: choose a new directory" in result.stderr
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["notes.txt"]
+
+    (tmp_path / "empty").mkdir()
+    assert krung("init", "empty").code == 0  # an empty directory is fine
+
+    both = krung("init", "a", "--problem", "softmax", "--from", scale_problem)
+    assert both.code == 2 and "--problem and --from both given" in both.stderr
+    dsl = krung("init", "b", "--dsl", "cobol")
+    assert dsl.code == 2 and "hint: choose one of: triton, cuda, cutedsl, tilelang" in dsl.stderr
+    missing = krung("init", "c", "--problem", "softmaxx")
+    assert missing.code == 2 and "no built-in problem named 'softmaxx'" in missing.stderr
+    nowhere = krung("init", "d", "--from", tmp_path / "nowhere")
+    assert nowhere.code == 2 and "no problem directory at" in nowhere.stderr
+    assert not any((tmp_path / n).exists() for n in "abcd")
+
+
+def test_reference_signature_is_read_without_importing(tmp_path):
+    path = tmp_path / "problem.py"
+    path.write_text("import not_installed_anywhere\n\ndef reference(q, k, v, /, *rest):\n"
+                    "    return q\n")
+    assert reference_signature(path) == "q, k, v, *rest"
+    path.write_text("reference = print\n")
+    assert reference_signature(path) == "*inputs"

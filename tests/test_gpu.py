@@ -122,7 +122,7 @@ def kernel(x):
 
 SIDE_STREAM_JOINED = SIDE_STREAM_UNJOINED.replace(
     "    return y  # never joined: the caller's stream does not wait for `side`",
-    "    torch.cuda.current_stream().wait_stream(side)\\n    return y")
+    "    torch.cuda.current_stream().wait_stream(side)\n    return y")
 
 PARTIAL_WRITE = """
 import torch

@@ -324,3 +324,11 @@ def test_a_version_right_only_outside_the_timed_loop_fails_the_benchmark(
     assert rungs["correctness"]["status"] == "ok"
     assert rungs["benchmark"]["error_type"] == "TimedMismatch"
     assert "timed calls" in rungs["benchmark"]["error"]
+
+
+def test_a_problem_that_does_not_parse_names_its_line(krung, tmp_path, version):
+    write(tmp_path / "typo" / "problem.py", "import torch\n\ndef reference(x)\n    return x\n")
+    result = krung("run", tmp_path / "typo", version("good", GOOD))
+    assert result.code == 2
+    assert "SyntaxError" in result.stderr
+    assert f"{tmp_path / 'typo' / 'problem.py'}:3" in result.stderr

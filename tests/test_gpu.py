@@ -159,20 +159,22 @@ def kernel(x):
 """
 
 
-@pytest.mark.parametrize("name, source, rung, error_type", [
-    ("unjoined", SIDE_STREAM_UNJOINED, ("run", "correctness"), "Mismatch"),
-    ("partial", PARTIAL_WRITE, ("run", "correctness"), "Mismatch"),
-    ("oom", DEVICE_OOM, ("run",), "OutOfMemoryError"),
+# Unwritten elements read as the NaN the memory was poisoned with: NonFinite in the run rung
+# (seen on the H200), or Mismatch where they happen to be finite.
+@pytest.mark.parametrize("name, source, rung, error_types", [
+    ("unjoined", SIDE_STREAM_UNJOINED, ("run", "correctness"), ("NonFinite", "Mismatch")),
+    ("partial", PARTIAL_WRITE, ("run", "correctness"), ("NonFinite", "Mismatch")),
+    ("oom", DEVICE_OOM, ("run",), ("OutOfMemoryError",)),
 ])
 def test_gpu_cheats_and_faults_are_caught(krung, scale_problem, version, name, source, rung,
-                                          error_type):
+                                          error_types):
     result = krung("run", scale_problem, version(name, source), "--device", "cuda", "--json",
                    "--rungs", "static,compile,run,correctness")
     assert result.code == 1, result.stdout + result.stderr
     failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
     print(name, failed["name"], failed["error"])
     assert failed["name"] in rung
-    assert failed["error_type"] == error_type or error_type in failed["error"]
+    assert failed["error_type"] in error_types
 
 
 def test_a_side_stream_that_is_joined_passes(krung, scale_problem, version):

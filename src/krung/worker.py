@@ -45,6 +45,13 @@ class Worker:
                 request = self.channel.recv()
             except ChannelClosed:
                 return
+            except Exception as exc:  # e.g. the inputs cannot be placed: CUDA context broken
+                self.channel.send({"ok": False, "error": {
+                    "type": type(exc).__name__, "kind": "runtime",
+                    "message": f"the worker could not take the request: {exc}",
+                    "hint": "an earlier error in the version (an illegal memory access, say) "
+                            "may have broken the CUDA context: fix that one first"}})
+                return  # the rest of the message may be unread: this channel is done
             op = request.get("op")
             handler = getattr(self, f"op_{op}", None)
             if handler is None:

@@ -105,3 +105,90 @@ def test_timing_is_cupti_device_time_and_flags_launch_bound_versions(
     assert case["host_median_us"] > case["median_us"]
     assert case["launch_bound"] is True
     assert case["sm_mhz"][1] > 0
+
+
+SIDE_STREAM_UNJOINED = """
+import torch
+def kernel(x):
+    y = torch.empty_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000)  # about a millisecond: the caller reads y before this
+        torch.mul(x, 2, out=y)
+        y.add_(1)
+    return y  # never joined: the caller's stream does not wait for `side`
+"""
+
+SIDE_STREAM_JOINED = SIDE_STREAM_UNJOINED.replace(
+    "    return y  # never joined: the caller's stream does not wait for `side`",
+    "    torch.cuda.current_stream().wait_stream(side)\n    return y")
+
+PARTIAL_WRITE = """
+import torch
+def kernel(x):
+    y = torch.empty_like(x)
+    half = x.numel() // 2
+    y[:half] = x[:half] * 2 + 1
+    return y
+"""
+
+DEVICE_OOM = """
+import torch
+def kernel(x):
+    return torch.empty(1 << 50, dtype=torch.uint8, device=x.device)
+"""
+
+OUT_OF_BOUNDS = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _past_the_end(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, x * 2 + 1, mask=offs < n + 8)  # 8 elements past the end
+
+
+def kernel(x):
+    y = torch.empty(x.numel() + 64, dtype=x.dtype, device=x.device)[:x.numel()]
+    _past_the_end[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y.clone()
+"""
+
+
+# Unwritten elements read as the NaN the memory was poisoned with: NonFinite in the run rung
+# (seen on the H200), or Mismatch where they happen to be finite.
+@pytest.mark.parametrize("name, source, rung, error_types", [
+    ("unjoined", SIDE_STREAM_UNJOINED, ("run", "correctness"), ("NonFinite", "Mismatch")),
+    ("partial", PARTIAL_WRITE, ("run", "correctness"), ("NonFinite", "Mismatch")),
+    ("oom", DEVICE_OOM, ("run",), ("OutOfMemoryError",)),
+])
+def test_gpu_cheats_and_faults_are_caught(krung, scale_problem, version, name, source, rung,
+                                          error_types):
+    result = krung("run", scale_problem, version(name, source), "--device", "cuda", "--json",
+                   "--rungs", "static,compile,run,correctness")
+    assert result.code == 1, result.stdout + result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    print(name, failed["name"], failed["error"])
+    assert failed["name"] in rung
+    assert failed["error_type"] in error_types
+
+
+def test_a_side_stream_that_is_joined_passes(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("joined", SIDE_STREAM_JOINED), "--device",
+                   "cuda", "--json", "--rungs", "static,compile,run,correctness,determinism")
+    assert result.code == 0, result.stdout + result.stderr
+
+
+def test_sanitize_reports_an_out_of_bounds_store(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("oob", OUT_OF_BOUNDS), "--device", "cuda",
+                   "--json", "--rungs", "correctness,determinism", env={"KRUNG_SANITIZE": "1"},
+                   timeout=600)
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    print(rungs["determinism"]["error"])
+    assert rungs["correctness"]["status"] == "ok"  # the stray writes land in spare memory
+    assert rungs["determinism"]["error_type"] == "SanitizerError"
+    assert "memcheck" in rungs["determinism"]["error"]

@@ -50,7 +50,7 @@ def test_one_bad_element_fails_and_is_located(rng):
     assert result.first_mismatch == [17, 299]
     assert result.got == pytest.approx(float(out[17, 299]))
     assert result.expected == pytest.approx(float(ref[17, 299]))
-    assert result.region == "dim 0: 17..17 of 64, dim 1: 299..299 of 300"
+    assert result.region == "first at (17, 299); dim 0: 17..17 of 64, dim 1: 299..299 of 300"
 
 
 def test_nan_where_reference_is_finite_never_passes(rng):

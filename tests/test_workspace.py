@@ -26,7 +26,7 @@ def test_default_workspace_holds_the_template_and_its_first_version_passes(krung
     run = result.json()
     assert run["ok"] and run["problem"] == "problem"
     assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
-                                                 "benchmark"]
+                                                 "determinism", "benchmark"]
     assert run["rungs"][0]["figures"]["dsl"] == "triton"
     history = krung("history", "problem", "--json", cwd=ws)
     assert [r["run_id"] for r in history.json()] == [run["run_id"]]
@@ -41,7 +41,7 @@ def test_agents_md_gives_the_loop_the_commands_and_the_rules(krung, tmp_path):
                     "krung context search", "krung watch problem versions/v2.py",
                     "krung context add --package triton"):
         assert command in text, command
-    for words in ("static -> compile -> run -> correctness -> benchmark", "hint:",
+    for words in ("static -> compile -> run -> correctness -> determinism -> benchmark", "hint:",
                   "median_us", "ref_median_us / median_us", "interpreter", "cpu-wall",
                   "Roofline", "Nsight Compute", "Never edit anything under `problem/`",
                   "torch.matmul", "Write each version as a new file",

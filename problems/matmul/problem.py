@@ -10,6 +10,12 @@ description = (
 )
 
 
+# The core operation must be the version's own: no torch or vendor matrix products.
+forbid = ["torch.matmul", "torch.mm", "torch.bmm", "torch.einsum", "torch.nn.functional.linear",
+          "torch.Tensor.matmul", "torch.Tensor.mm", "torch.Tensor.__matmul__"]
+forbid_ops = ["mm", "bmm", "addmm", "baddbmm", "matmul", "_scaled_mm", "linear"]
+
+
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.float() @ b.float()).to(torch.bfloat16)
 

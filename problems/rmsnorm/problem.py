@@ -12,6 +12,11 @@ description = (
 EPS = 1e-6
 
 
+# The core operation must be the version's own: no torch RMSNorm.
+forbid = ["torch.rms_norm", "torch.nn.functional.rms_norm", "torch.nn.RMSNorm"]
+forbid_ops = ["rms_norm", "_fused_rms_norm"]
+
+
 def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     xf = x.float()
     rms = torch.sqrt(xf.pow(2).mean(dim=-1, keepdim=True) + EPS)

@@ -10,6 +10,12 @@ description = (
 )
 
 
+# The core operation must be the version's own: no torch softmax.
+forbid = ["torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax",
+          "torch.Tensor.softmax", "torch.nn.Softmax"]
+forbid_ops = ["_softmax", "softmax"]
+
+
 def reference(x: torch.Tensor) -> torch.Tensor:
     xf = x.float()
     # Subtract the row max so exp cannot overflow; softmax is unchanged by the shift.

@@ -7,6 +7,11 @@ import torch
 description = "Elementwise sum of two 1-D float32 vectors: out = a + b."
 
 
+# The core operation must be the version's own: no torch addition.
+forbid = ["torch.add", "torch.Tensor.add", "torch.Tensor.__add__"]
+forbid_ops = ["add"]
+
+
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a + b
 

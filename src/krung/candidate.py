@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from krung.channel import Channel, ChannelClosed, spawn
+from krung.channel import Channel, ChannelClosed, TooLarge, spawn
 from krung.errors import RungFailed
 
 LOG_TAIL_BYTES = 16_384
@@ -34,10 +34,14 @@ _SIGNALS = {
 
 
 class Candidate:
-    def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False):
+    def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False,
+                 max_file_bytes: int = 1 << 30, prefix: list[str] | None = None,
+                 log_name: str = "worker.log"):
         self.device = device
+        self.prefix = prefix or []  # a tool to run the worker under (compute-sanitizer)
         self.cuda_ipc = cuda_ipc
-        self.log = run_dir / "worker.log"
+        self.max_file_bytes = max_file_bytes
+        self.log = run_dir / log_name
         self.solution = solution
         self.process: subprocess.Popen | None = None
         self.channel: Channel | None = None
@@ -46,13 +50,17 @@ class Candidate:
         self.started_at = 0.0
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # MALLOC_PERTURB_: glibc fills every block it hands out with 0x7F bytes (huge values
+        # or NaN in every float type), so a CPU output that is not fully written is garbage.
+        env = dict(os.environ, PYTHONUNBUFFERED="1", MALLOC_PERTURB_="128")
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         self.started_at = time.perf_counter()
-        args = ["--device", self.device] + (["--cuda-ipc"] if self.cuda_ipc else [])
+        args = ["--device", self.device, "--max-file-bytes", str(self.max_file_bytes)]
+        if self.cuda_ipc:
+            args.append("--cuda-ipc")
         self.process, self.channel = spawn("krung.worker", args, log=self.log, env=env,
-                                           new_session=True)
+                                           new_session=True, prefix=self.prefix)
 
     def use_cuda_ipc(self) -> None:
         """Send and take GPU tensors by IPC handle; the worker does so when it runs on CUDA."""
@@ -69,7 +77,8 @@ class Candidate:
             self.facts["startup_s"] = round(time.perf_counter() - self.started_at, 3)
         return self.facts
 
-    def request(self, message: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
+    def request(self, message: dict[str, Any], timeout: float, what: str,
+                max_tensor_bytes: int | None = None) -> dict[str, Any]:
         """Send one request and wait for its reply; raise RungFailed if the worker fails us."""
         self.hello(timeout)
         assert self.channel is not None
@@ -77,9 +86,10 @@ class Candidate:
             self.channel.send(message)
         except ChannelClosed:
             self._died(what)
-        return self._receive(what, timeout)
+        return self._receive(what, timeout, max_tensor_bytes)
 
-    def _receive(self, what: str, timeout: float) -> dict[str, Any]:
+    def _receive(self, what: str, timeout: float,
+                 max_tensor_bytes: int | None = None) -> dict[str, Any]:
         if self.dead:
             raise RungFailed("WorkerDead", f"the version's process is gone ({self.dead})",
                              "fix the failure reported by the earlier rung first")
@@ -87,9 +97,14 @@ class Candidate:
         if not self.channel.poll(timeout):
             self._timed_out(what, timeout)
         try:
-            return self.channel.recv()
+            return self.channel.recv(max_tensor_bytes)
         except ChannelClosed:
             self._died(what)
+        except TooLarge as exc:
+            self.kill()
+            self.dead = "its reply was too large"
+            raise RungFailed("OutputTooLarge", f"{exc} (in {what})",
+                             "return outputs of the reference's shapes and dtypes") from None
         except ValueError as exc:  # not JSON: something other than the worker loop wrote it
             self.kill()
             self.dead = "it sent a malformed message"

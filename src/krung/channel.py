@@ -28,6 +28,10 @@ class ChannelClosed(Exception):
     """The other end is gone (its process exited or was killed)."""
 
 
+class TooLarge(ValueError):
+    """A message announced more tensor bytes than the receiver accepts; nothing was read."""
+
+
 class Channel:
     """With `cuda_ipc`, CUDA tensors travel as IPC handles (krung.cuda_ipc) instead of bytes."""
 
@@ -51,7 +55,7 @@ class Channel:
         frames = []
         for spec in sorted(specs, key=_index):
             tensor = tensors[_index(spec)]
-            if self.cuda_ipc and tensor.is_cuda:
+            if self.cuda_ipc and tensor.is_cuda and tensor.numel() > 0:
                 from krung.cuda_ipc import Exported
 
                 exported = Exported(tensor)
@@ -70,8 +74,10 @@ class Channel:
     def poll(self, timeout: float | None) -> bool:
         return self._conn.poll(timeout)
 
-    def recv(self) -> dict[str, Any]:
-        """The next message; tensors come back as CPU tensors (torch is imported lazily)."""
+    def recv(self, max_tensor_bytes: int | None = None) -> dict[str, Any]:
+        """The next message; tensors come back as CPU tensors, or CUDA ones when they came by
+        IPC. With `max_tensor_bytes`, a message whose tensors add up to more is refused before
+        any of them is allocated (the channel is then unusable)."""
         try:
             header = json.loads(self._conn.recv_bytes(MAX_FRAME_BYTES))
             self._free_exported()  # the peer answered: it has copied what we sent
@@ -80,6 +86,11 @@ class Channel:
             _collect_specs(header, specs)
             if not specs:
                 return header
+            if max_tensor_bytes is not None:
+                total = sum(_nbytes(s) for s in specs)
+                if total > max_tensor_bytes:
+                    raise TooLarge(f"the reply holds {total} bytes of tensors, more than the "
+                                   f"{max_tensor_bytes} expected")
             framed = [s for s in specs if "ipc" not in s]
             if len(framed) != count:
                 raise ValueError(f"message announced {count} frames and described {len(framed)}")
@@ -102,7 +113,7 @@ class Channel:
         if "ipc" in spec:
             from krung.cuda_ipc import import_copy
 
-            return import_copy(spec["ipc"]["handle"], int(spec["ipc"]["nbytes"]), dtype, shape)
+            return import_copy(spec["ipc"]["handle"], dtype, shape)
         tensor = torch.empty(shape, dtype=dtype)
         if tensor.numel() == 0:
             self._conn.recv_bytes(MAX_FRAME_BYTES)
@@ -122,13 +133,15 @@ class Channel:
 
 
 def spawn(module: str, args: list[str], *, log: Path, env: dict[str, str] | None = None,
-          new_session: bool = False) -> tuple[subprocess.Popen, Channel]:
-    """Start `python -m module` with a private channel and its output going to `log`."""
+          new_session: bool = False,
+          prefix: list[str] | None = None) -> tuple[subprocess.Popen, Channel]:
+    """Start `python -m module` (under `prefix`, a tool such as compute-sanitizer) with a
+    private channel and its output going to `log`."""
     parent_end, child_end = socket.socketpair()
     child_fd = child_end.fileno()
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, "--fd", str(child_fd), *args],
+            [*(prefix or []), sys.executable, "-m", module, "--fd", str(child_fd), *args],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             pass_fds=(child_fd,), env=env, start_new_session=new_session,
         )
@@ -174,6 +187,15 @@ def _collect_specs(value: Any, specs: list[dict[str, Any]]) -> None:
     elif isinstance(value, list):
         for v in value:
             _collect_specs(v, specs)
+
+
+def _nbytes(spec: dict[str, Any]) -> int:
+    import torch
+
+    count = 1
+    for size in spec["shape"]:
+        count *= max(int(size), 0)
+    return count * getattr(torch, spec["dtype"]).itemsize
 
 
 def _index(spec: dict[str, Any]) -> int:

@@ -1,7 +1,10 @@
-"""The output contract: a version returns what the reference returns, exactly.
+"""The contract of one call of a version, checked in the judge after every call.
 
-Same number of outputs, each a plain torch.Tensor (no subclass) with the reference's dtype and
-shape, on the device the inputs were on.
+- Outputs: as many as the reference returns, each a plain torch.Tensor (no subclass) with the
+  reference's dtype and shape, on the device the inputs were on.
+- Inputs: bit for bit as they were sent, unless the problem declares an in-place contract.
+- Conduct: the timing and comparison functions are the ones the worker bound before the
+  version was imported; the torch operators the call ran include none the problem forbids.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from typing import Any
 from krung.errors import RungFailed
 
 PLAIN_TENSOR = "torch.Tensor"
+
+
+def dtype_name(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 def check_outputs(reply: dict[str, Any], expected: list, device: str, what: str) -> None:
@@ -26,9 +33,8 @@ def check_outputs(reply: dict[str, Any], expected: list, device: str, what: str)
         problems = []
         if spec["type"] != PLAIN_TENSOR:
             problems.append(f"is a {spec['type']}, not a plain {PLAIN_TENSOR}")
-        if spec["dtype"] != str(ref.dtype).removeprefix("torch."):
-            problems.append(f"has dtype {spec['dtype']}, the reference's is "
-                            f"{str(ref.dtype).removeprefix('torch.')}")
+        if spec["dtype"] != dtype_name(ref):
+            problems.append(f"has dtype {spec['dtype']}, the reference's is {dtype_name(ref)}")
         if list(spec["shape"]) != list(ref.shape):
             problems.append(f"has shape {tuple(spec['shape'])}, the reference's is "
                             f"{tuple(ref.shape)}")
@@ -38,3 +44,46 @@ def check_outputs(reply: dict[str, Any], expected: list, device: str, what: str)
             raise RungFailed("OutputContract", f"{name} {'; '.join(problems)} (in {what})",
                              "allocate outputs like the reference's: "
                              "torch.empty(shape, dtype=..., device=inputs[0].device)")
+
+
+def check_inputs_unchanged(after: list, before: tuple, what: str) -> None:
+    for i, (now, then) in enumerate(zip(after, before, strict=True)):
+        if not _same_bits(now, then):
+            raise RungFailed("InputMutated", f"input {i} was changed by the call (in {what})",
+                             "a version must not write its inputs (the problem declares no "
+                             "in-place contract): write results to new output tensors")
+
+
+def check_conduct(reply: dict[str, Any], what: str, forbidden_ops: set[str]) -> None:
+    tampered = reply.get("tampered") or []
+    if tampered:
+        raise RungFailed("Tampering", f"the version replaced {', '.join(tampered)} (in {what})",
+                         "a version must not patch timing, synchronisation or comparison "
+                         "functions")
+    used = {_op_name(op) for op in reply.get("ops") or []}
+    banned = sorted(used & forbidden_ops)
+    if banned:
+        raise RungFailed("ForbiddenOp", f"the call ran {', '.join('aten::' + b for b in banned)},"
+                         f" which the problem forbids (in {what})",
+                         "compute the core operation in your own kernel instead of delegating "
+                         "it to torch or a vendor library")
+
+
+def _op_name(op: str) -> str:
+    return op.removeprefix("aten::").split(".")[0]
+
+
+def forbidden_op_names(names: list[str]) -> set[str]:
+    return {_op_name(n) for n in names}
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a = a.to(b.device).reshape(-1).contiguous()
+    b = b.reshape(-1).contiguous()
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))

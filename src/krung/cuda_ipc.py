@@ -17,8 +17,10 @@ import base64
 import ctypes
 from typing import Any
 
+from krung.cuda_driver import check, lib
+
 _IPC_LAZY_ENABLE_PEER_ACCESS = 1
-_driver: Any = None
+_FALLBACK = "set KRUNG_CUDA_IPC=0 to send device tensors through host memory instead"
 
 
 class _IpcHandle(ctypes.Structure):
@@ -31,25 +33,6 @@ class _DeviceBytes:
     def __init__(self, pointer: int, nbytes: int):
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
                                          "data": (pointer, False), "version": 2}
-
-
-def _lib() -> Any:
-    global _driver
-    if _driver is None:
-        import torch
-
-        torch.empty(1, device="cuda")  # the primary context exists and is current
-        _driver = ctypes.CDLL("libcuda.so.1")
-    return _driver
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        name = ctypes.c_char_p()
-        _lib().cuGetErrorName(result, ctypes.byref(name))
-        label = name.value.decode() if name.value else str(result)
-        raise RuntimeError(f"{what} failed with {label}; set KRUNG_CUDA_IPC=0 to send device "
-                           "tensors through host memory instead")
 
 
 def _view(pointer: int, nbytes: int) -> Any:
@@ -67,23 +50,23 @@ class Exported:
         flat = tensor.detach().reshape(-1).contiguous()
         self.nbytes = flat.numel() * flat.element_size()
         pointer = ctypes.c_uint64()
-        _check(_lib().cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(self.nbytes)),
-               "cuMemAlloc")
+        check(lib().cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(self.nbytes)),
+              "cuMemAlloc", _FALLBACK)
         self.pointer = pointer.value
         _view(self.pointer, self.nbytes).copy_(flat.view(torch.uint8))
         torch.cuda.synchronize()  # the peer reads it from another process: finish the copy
         handle = _IpcHandle()
-        _check(_lib().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(self.pointer)),
-               "cuIpcGetMemHandle")
+        check(lib().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(self.pointer)),
+              "cuIpcGetMemHandle", _FALLBACK)
         self.handle = base64.b64encode(bytes(handle)).decode()
 
     def free(self) -> None:
         if self.pointer:
-            _lib().cuMemFree_v2(ctypes.c_uint64(self.pointer))
+            lib().cuMemFree_v2(ctypes.c_uint64(self.pointer))
             self.pointer = 0
 
 
-def import_copy(handle: str, nbytes: int, dtype: Any, shape: tuple) -> Any:
+def import_copy(handle: str, dtype: Any, shape: tuple) -> Any:
     """A tensor of this process holding the bytes behind a peer's IPC handle."""
     import torch
 
@@ -92,19 +75,20 @@ def import_copy(handle: str, nbytes: int, dtype: Any, shape: tuple) -> Any:
         raise ValueError(f"an IPC handle of {len(data)} bytes")
     raw = _IpcHandle.from_buffer_copy(data)
     pointer = ctypes.c_uint64()
-    _check(_lib().cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw,
-                                        ctypes.c_uint(_IPC_LAZY_ENABLE_PEER_ACCESS)),
-           "cuIpcOpenMemHandle")
+    check(lib().cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw,
+                                      ctypes.c_uint(_IPC_LAZY_ENABLE_PEER_ACCESS)),
+          "cuIpcOpenMemHandle", _FALLBACK)
     try:
-        base, size = ctypes.c_uint64(), ctypes.c_size_t()
-        _check(_lib().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), pointer),
-               "cuMemGetAddressRange")
-        if pointer.value + nbytes > base.value + size.value:
-            raise ValueError(f"an IPC buffer of {size.value} bytes announced as {nbytes}")
         out = torch.empty(shape, dtype=dtype, device="cuda")
+        nbytes = out.numel() * out.element_size()  # what the spec implies, not what was said
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        check(lib().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), pointer),
+              "cuMemGetAddressRange")
+        if pointer.value + nbytes > base.value + size.value:
+            raise ValueError(f"an IPC buffer of {size.value} bytes for a {shape} {dtype} tensor")
         if nbytes:
             out.reshape(-1).view(torch.uint8).copy_(_view(pointer.value, nbytes))
         torch.cuda.synchronize()
     finally:
-        _lib().cuIpcCloseMemHandle(pointer)
+        lib().cuIpcCloseMemHandle(pointer)
     return out

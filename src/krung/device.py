@@ -68,3 +68,25 @@ def clock_warning(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     if before and before["throttle"]:
         return f"the GPU was throttling ({', '.join(before['throttle'])}) before the measurement"
     return None
+
+
+# Datasheet peaks (dense) of common GPUs, keyed by a part of the name torch reports. They are
+# leads, not measurements (the roofline issue calibrates real ceilings): here they only bound
+# how fast any correct kernel could be.
+DATASHEET: dict[str, dict[str, Any]] = {
+    "H200": {"bytes_per_s": 4.8e12, "flops_per_s": 1979e12},  # fp8 dense is the top rate
+    "H100": {"bytes_per_s": 3.35e12, "flops_per_s": 1979e12},
+    "B200": {"bytes_per_s": 8.0e12, "flops_per_s": 4500e12},
+    "A100": {"bytes_per_s": 2.04e12, "flops_per_s": 624e12},  # int8 dense
+    "L40S": {"bytes_per_s": 0.864e12, "flops_per_s": 733e12},
+    "L4": {"bytes_per_s": 0.3e12, "flops_per_s": 242e12},
+}
+
+
+def floor_us(device_name: str, flops: int, bytes_moved: int) -> float | None:
+    """The least time the work could take on this GPU at its datasheet peaks (the most
+    generous rate of any precision), or None for a GPU krung has no figures for."""
+    peaks = next((p for key, p in DATASHEET.items() if key in device_name), None)
+    if peaks is None:
+        return None
+    return max(flops / peaks["flops_per_s"], bytes_moved / peaks["bytes_per_s"]) * 1e6

@@ -33,6 +33,9 @@ HINTS: list[tuple[str, str]] = [
     ("Pointer argument cannot be accessed from Triton (cpu tensor?)",
      "a tensor passed to the kernel is on the CPU: create outputs on the inputs' device"),
     ("must be a CUDA tensor", "create outputs on the inputs' device (device=x.device)"),
+    ("File too large",
+     "the version wrote more than KRUNG_MAX_FILE_BYTES to one file (a print flood?); print "
+     "less, or raise the limit"),
     ("No module named 'triton'", "install Triton: pip install triton"),
     ("No module named 'cupy'", "install CuPy: pip install cupy-cuda12x (or cupy-cuda13x)"),
     ("No module named 'cutlass'", "install CuTeDSL: pip install nvidia-cutlass-dsl"),

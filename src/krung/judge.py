@@ -32,7 +32,8 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
     settings = Settings(**request["settings"])
     run_dir = Path(request["run_dir"])
     solution = read_solution(request["solution"])
-    candidate = Candidate(request["device"], run_dir, solution.path, settings.cuda_ipc)
+    candidate = Candidate(request["device"], run_dir, solution.path, settings.cuda_ipc,
+                          settings.max_file_bytes)
     candidate.start()  # its start-up overlaps ours
     channel.send({"type": "env", "env": {"worker_pid": candidate.pid}})
     try:

@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from krung.contract import (
+    check_conduct,
+    check_inputs_unchanged,
+    check_outputs,
+    dtype_name,
+    forbidden_op_names,
+)
 from krung.errors import RungFailed, UsageError
+from krung.guard import NAN_BYTE
 from krung.results import RungResult, Status
 
 if TYPE_CHECKING:
@@ -26,7 +34,7 @@ if TYPE_CHECKING:
     from krung.solution import Solution
 
 # The implemented rungs, in the order they run.
-RUNGS = ("static", "compile", "run", "correctness", "benchmark")
+RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark")
 DEFAULT_LADDER = RUNGS
 
 
@@ -85,18 +93,39 @@ class Context:
         self.loaded = True
         return reply
 
-    def ask(self, message: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
+    def ask(self, message: dict[str, Any], what: str, timeout: float,
+            max_tensor_bytes: int | None = None) -> dict[str, Any]:
         """One request to the worker, with the version loaded; RungFailed if it fails."""
         if not self.loaded:
             self.load()
-        reply = self.candidate.request(message, timeout, what)
+        reply = self.candidate.request(message, timeout, what, max_tensor_bytes)
         if not reply.get("ok"):
             raise failure(reply["error"], what)
         return reply
 
-    def call(self, inputs: tuple, what: str) -> dict[str, Any]:
-        """Run the version once on `inputs` in the worker."""
-        return self.ask({"op": "call", "inputs": list(inputs)}, what, self.settings.call_timeout_s)
+    def checked_call(self, inputs: tuple, expected: list, what: str, *,
+                     poison_byte: int = NAN_BYTE, trace: bool = False) -> dict[str, Any]:
+        """Run the version once under the call contract (krung.contract): the memory its
+        outputs will likely get is poisoned first; its outputs, its inputs afterwards and its
+        conduct are checked; a reply far larger than the outputs is refused unread."""
+        message = {
+            "op": "call", "inputs": list(inputs),
+            "poison": {"byte": poison_byte, "specs": [
+                {"shape": list(e.shape), "dtype": dtype_name(e)} for e in expected]},
+            "return_inputs": not self.problem.inplace,
+            "trace_ops": trace and bool(self.problem.forbid_ops),
+        }
+        limit = 2 * (nbytes(inputs) + nbytes(expected)) + (1 << 20)
+        reply = self.ask(message, what, self.settings.call_timeout_s, limit)
+        check_conduct(reply, what, forbidden_op_names(self.problem.forbid_ops))
+        check_outputs(reply, expected, self.device, what)
+        if "inputs_after" in reply:
+            check_inputs_unchanged(reply["inputs_after"], inputs, what)
+        return reply
+
+
+def nbytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def failure(error: dict[str, Any], what: str) -> RungFailed:

@@ -103,15 +103,21 @@ def _locate(result: Comparison, mismatch: torch.Tensor, out: torch.Tensor,
     result.first_mismatch = index
     result.got = float(out.reshape(-1)[flat])
     result.expected = float(ref.reshape(-1)[flat])
+    result.region = mismatch_region(mismatch)
+
+
+def mismatch_region(mismatch: torch.Tensor) -> str:
+    """Where the True elements of a mask lie: their first index and their span per dimension."""
+    first = _unravel(int(mismatch.reshape(-1).nonzero()[0, 0]), list(mismatch.shape))
     spans = []
-    for dim, size in enumerate(ref.shape):
-        others = [d for d in range(ref.dim()) if d != dim]
+    for dim, size in enumerate(mismatch.shape):
+        others = [d for d in range(mismatch.dim()) if d != dim]
         hit = mismatch.to(torch.uint8).amax(dim=others) if others else mismatch
         where = hit.nonzero().reshape(-1)
         low, high = int(where.min()), int(where.max())
         span = "all" if (low, high, len(where)) == (0, size - 1, size) else f"{low}..{high}"
         spans.append(f"dim {dim}: {span} of {size}")
-    result.region = ", ".join(spans)
+    return f"first at {tuple(first)}; " + ", ".join(spans) if spans else "a scalar"
 
 
 def _unravel(flat: int, shape: list[int]) -> list[int]:

@@ -29,6 +29,11 @@ _SETTINGS = {
     "compile_timeout_s": Setting("KRUNG_COMPILE_TIMEOUT", "seconds for import + first call"),
     "call_timeout_s": Setting("KRUNG_CALL_TIMEOUT", "seconds for one call of the version"),
     "bench_timeout_s": Setting("KRUNG_BENCH_TIMEOUT", "seconds for timing one bench case"),
+    "max_file_bytes": Setting("KRUNG_MAX_FILE_BYTES", "largest file the version's process may "
+                                                      "write (its log too): a print flood ends "
+                                                      "there"),
+    "sanitize": Setting("KRUNG_SANITIZE", "1 to run the version under compute-sanitizer in the "
+                                          "determinism rung (GPU; slow)"),
     "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
                                           "0 to copy them through host memory"),
 }
@@ -43,6 +48,8 @@ class Settings:
     call_timeout_s: float = 120.0
     bench_timeout_s: float = 300.0
     cuda_ipc: bool = True
+    sanitize: bool = False
+    max_file_bytes: int = 1 << 30
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:

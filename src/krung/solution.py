@@ -107,3 +107,37 @@ def entry_point(tree: ast.Module) -> ast.AST | None:
                 (alias.asname or alias.name) == ENTRY_POINT for alias in node.names):
             return node
     return None
+
+
+def qualified_uses(tree: ast.Module) -> list[tuple[str, int]]:
+    """(dotted name, line) of every name and attribute the file uses, with import aliases
+    resolved (`F.softmax` -> `torch.nn.functional.softmax`). Attributes of values that are
+    not imported modules (`x.softmax(...)`) read as methods of `torch.Tensor`."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    aliases[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    uses = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            parts = [node.attr]
+            base: ast.AST = node.value
+            while isinstance(base, ast.Attribute):
+                parts.append(base.attr)
+                base = base.value
+            parts.reverse()
+            if isinstance(base, ast.Name) and base.id in aliases:
+                uses.append((".".join([aliases[base.id], *parts]), node.lineno))
+            else:
+                uses.append((f"torch.Tensor.{parts[-1]}", node.lineno))
+        elif isinstance(node, ast.Name) and node.id in aliases:
+            uses.append((aliases[node.id], node.lineno))
+    return uses

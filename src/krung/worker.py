@@ -11,9 +11,11 @@ Imports stay lean (stdlib, torch; triton only through the version) so it starts 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib.util
 import os
+import resource
 import signal
 import sys
 import time
@@ -27,8 +29,12 @@ ENTRY_POINT = "kernel"
 
 class Worker:
     def __init__(self, channel: Channel, device: str):
+        from krung.guard import Sentinels, python_threads
+
         self.channel = channel
         self.device = device
+        self.sentinels = Sentinels()  # before any version code runs
+        self.threads_before = python_threads()
         self.kernel: Any = None
         self.solution: Path | None = None
         self.time_sets: list[list[Any]] = []  # input sets on the device, kept between `time`s
@@ -39,6 +45,13 @@ class Worker:
                 request = self.channel.recv()
             except ChannelClosed:
                 return
+            except Exception as exc:  # e.g. the inputs cannot be placed: CUDA context broken
+                self.channel.send({"ok": False, "error": {
+                    "type": type(exc).__name__, "kind": "runtime",
+                    "message": f"the worker could not take the request: {exc}",
+                    "hint": "an earlier error in the version (an illegal memory access, say) "
+                            "may have broken the CUDA context: fix that one first"}})
+                return  # the rest of the message may be unread: this channel is done
             op = request.get("op")
             handler = getattr(self, f"op_{op}", None)
             if handler is None:
@@ -76,21 +89,41 @@ class Worker:
                 "triton": getattr(triton, "__version__", None)}
 
     def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run the version once. Optionally: poison the memory its outputs will likely get,
+        trace the torch operators it runs, and send back its inputs as they are after it."""
+        from krung.guard import OpTrace, poison
+
         inputs = self.to_device(request["inputs"])
+        if request.get("poison"):
+            poison(request["poison"]["specs"], request["poison"]["byte"], self.device)
         self.synchronize()
+        trace = OpTrace() if request.get("trace_ops") else contextlib.nullcontext()
         start = time.perf_counter()
-        result = self.kernel(*inputs)
+        with trace:
+            result = self.kernel(*inputs)
+        reply = _outputs_reply(result, self.device)
         self.synchronize()
-        elapsed = time.perf_counter() - start
-        return {**_outputs_reply(result), "call_s": elapsed}
+        reply["call_s"] = time.perf_counter() - start
+        if isinstance(trace, OpTrace):
+            reply["ops"] = sorted(trace.ops)
+        if request.get("return_inputs"):
+            reply["inputs_after"] = inputs
+        return self.with_integrity(reply)
 
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
         """Time the version over input sets, and send back each set's last output so the
-        judge can check what the timed calls computed."""
+        judge can check what the timed calls computed.
+
+        `inputs` gives new sets (new storage); `refill` gives new values for the sets held
+        from the previous request, copied into the same storage; neither: the same sets."""
         from krung.timing import TimingPlan, measure
 
-        if request.get("inputs") is not None:  # else: the sets of the previous request
+        if request.get("inputs") is not None:
             self.time_sets = [self.to_device(s) for s in request["inputs"]]
+        if request.get("refill") is not None:
+            for held, values in zip(self.time_sets, request["refill"], strict=True):
+                for tensor, value in zip(held, values, strict=True):
+                    tensor.copy_(value)
         sets = self.time_sets
         outputs: list[Any] = [None] * len(sets)
         kernel = self.kernel
@@ -99,14 +132,22 @@ class Worker:
             outputs[i] = kernel(*sets[i])
 
         samples = measure(call, len(sets), self.device, TimingPlan(**request["plan"]))
+        replies = [_outputs_reply(result, self.device) for result in outputs]
         self.synchronize()
-        replies = [_outputs_reply(result) for result in outputs]
         failed = next((r for r in replies if not r["ok"]), None)
         if failed:
             return failed
-        return {"ok": True, "samples": samples.to_json(),
-                "outputs": [r["outputs"] for r in replies], "specs": [r["specs"] for r in replies],
-                "tuple": replies[0]["tuple"]}
+        return self.with_integrity({
+            "ok": True, "samples": samples.to_json(), "outputs": [r["outputs"] for r in replies],
+            "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"]})
+
+    def with_integrity(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """What the judge should know about the version's conduct besides its outputs."""
+        from krung.guard import python_threads
+
+        reply["tampered"] = self.sentinels.tampered()
+        reply["threads_started"] = len(python_threads() - self.threads_before)
+        return reply
 
     def to_device(self, tensors: list[Any]) -> list[Any]:
         if self.device == "cpu":
@@ -120,8 +161,12 @@ class Worker:
             torch.cuda.synchronize()
 
 
-def _outputs_reply(result: Any) -> dict[str, Any]:
-    """A version's return value as a reply: its tensors and what they are, or what is wrong."""
+def _outputs_reply(result: Any, device: str) -> dict[str, Any]:
+    """A version's return value as a reply: its tensors and what they are, or what is wrong.
+
+    On a GPU the outputs are copied on the current stream before anyone synchronises the
+    device, so work the version left running on another stream, unjoined, is not waited for:
+    its unfinished output shows as wrong, as it would to a caller of the kernel."""
     import torch
 
     outputs = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -136,7 +181,11 @@ def _outputs_reply(result: Any) -> dict[str, Any]:
                 "type": "OutputType", "kind": "runtime", "message": problem,
                 "hint": "return dense torch.Tensor outputs (or a tuple of them), as the "
                         "reference does"}}
-    return {"ok": True, "outputs": outputs, "specs": [tensor_spec(o) for o in outputs],
+    specs = [tensor_spec(o) for o in outputs]
+    if device != "cpu":
+        outputs = [o.clone() for o in outputs]
+        torch.cuda.current_stream().synchronize()
+    return {"ok": True, "outputs": outputs, "specs": specs,
             "tuple": isinstance(result, (tuple, list))}
 
 
@@ -182,7 +231,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--cuda-ipc", action="store_true")
+    parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
     args = parser.parse_args(argv)
+    # A print flood (or any runaway file) ends the worker with SIGXFSZ at this size.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (args.max_file_bytes, args.max_file_bytes))
     faulthandler.enable()  # a segfault prints the Python stack to the log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the judge asks on a timeout
     channel = Channel.from_fd(args.fd)

@@ -31,6 +31,13 @@ class Problem:
     tolerance: Any = None
     description: str = ""
     format: str = "native"
+    # Trust policy (see krung/contract.py): Python names the version must not use (`static`
+    # rung), torch operators it must not run (traced at run time), and whether it may write
+    # its inputs.
+    forbid: list[str] = field(default_factory=list)
+    forbid_ops: list[str] = field(default_factory=list)
+    inplace: bool = False
+    derive_case: Callable[..., dict | None] | None = None
 
     def bench_cases_for(self, device: str) -> list[dict]:
         """Bench cases sized for the device: the interpreter on a CPU needs small ones."""

@@ -55,10 +55,14 @@ def load_native(path: Path) -> Problem:
     try:
         module = import_file(file, f"krung_problem_{path.name}")
     except Exception as exc:  # the problem's own code raised: report where
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        if isinstance(exc, SyntaxError):
+            where = f"{exc.filename}:{exc.lineno}"
+        else:
+            frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                      if f.filename == str(file)] or traceback.extract_tb(exc.__traceback__)
+            where = f"{frames[-1].filename}:{frames[-1].lineno}"
         raise ProblemError(str(path), [(
-            f"{PROBLEM_FILE} raised {type(exc).__name__}: {exc} at line {frame.lineno}",
-            f"fix {frame.filename}:{frame.lineno}",
+            f"{PROBLEM_FILE} raised {type(exc).__name__}: {exc}", f"fix {where}",
         )]) from exc
     defects = check_structure(module)
     if defects:
@@ -75,6 +79,10 @@ def load_native(path: Path) -> Problem:
         bytes_moved=module.bytes_moved,
         tolerance=getattr(module, "tolerance", None),
         description=str(getattr(module, "description", "") or (module.__doc__ or "")).strip(),
+        forbid=list(getattr(module, "forbid", [])),
+        forbid_ops=list(getattr(module, "forbid_ops", [])),
+        inplace=bool(getattr(module, "inplace", False)),
+        derive_case=getattr(module, "derive_case", None),
     )
 
 

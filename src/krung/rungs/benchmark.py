@@ -2,23 +2,27 @@
 
 Per bench case: several input sets (different seeds; together more than the L2 holds, up to
 8), timed in two rounds that alternate version and reference so drift hits both alike. The
-version is timed in its worker, the reference in the judge, with the same protocol
-(krung.timing). Afterwards the last output of the timed calls for every input set is compared
-with the reference's, so a version that is right only outside the timed loop fails here. The
-GPU's clocks are read before and after; throttling is reported with the figures.
+first round gives the worker new storage; the second writes new values into that same
+storage. After each round the last output of the timed calls for every input set is compared
+with the reference's, so a version that is right only outside the timed loop, or that
+remembers inputs it has seen, fails here. The version is timed in its worker, the reference
+in the judge, with the same protocol (krung.timing). The GPU's clocks are read before and
+after; throttling is reported with the figures. A time below what the GPU's datasheet peaks
+allow for the problem's work is impossible, and fails the rung.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, replace
+from functools import partial
 from typing import Any
 
 from krung import tolerance
-from krung.contract import check_outputs
-from krung.device import clock_state, clock_warning
+from krung.contract import check_conduct, check_outputs
+from krung.device import clock_state, clock_warning, floor_us
 from krung.errors import RungFailed
-from krung.ladder import Context
+from krung.ladder import Context, nbytes
 from krung.metrics import compare
 from krung.problem import case_label
 from krung.timing import Samples, TimingPlan, measure, summarise
@@ -53,10 +57,13 @@ def run(ctx: Context) -> dict[str, Any]:
 def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[str, Any]:
     label = case_label(case)
     what = f"timing bench case {label}"
-    sets = [ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0))]
-    for n in range(1, _input_sets(ctx, sets[0])):
-        sets.append(ctx.make_inputs(case, ctx.seed_for("benchmark", index, n)))
-    expected = [ctx.expected(inputs) for inputs in sets]
+    first = ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0, 0))
+    count = _input_sets(ctx, first)
+    rounds = [[first] + [ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0, n))
+                         for n in range(1, count)]]
+    for round_index in range(1, ROUNDS):
+        rounds.append([ctx.make_inputs(case, ctx.seed_for("benchmark", index, round_index, n))
+                       for n in range(count)])
 
     before = clock_state() if ctx.device == "cuda" else None
     mine: list[Samples] = []
@@ -64,16 +71,18 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
     reference = ctx.problem.reference
     round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
                          min_samples=max(3, plan.min_samples // ROUNDS))
-    reply: dict[str, Any] = {}
-    for round_index in range(ROUNDS):
-        request = {"op": "time", "plan": asdict(round_plan),
-                   "inputs": [list(s) for s in sets] if round_index == 0 else None}
-        reply = ctx.ask(request, what, ctx.settings.bench_timeout_s)
+    for round_index, sets in enumerate(rounds):
+        key = "inputs" if round_index == 0 else "refill"
+        request = {"op": "time", "plan": asdict(round_plan), key: [list(s) for s in sets]}
+        expected = [ctx.expected(inputs) for inputs in sets]
+        limit = 2 * sum(nbytes(e) for e in expected) + (1 << 20)
+        reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)
+        check_conduct(reply, what, set())
         mine.append(Samples(**reply["samples"]))
-        ref.append(measure(lambda i: reference(*sets[i]), len(sets), ctx.device, round_plan))
+        ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
+        _check_timed_outputs(ctx, reply, expected, f"{label}, round {round_index + 1}")
     after = clock_state() if ctx.device == "cuda" else None
 
-    _check_timed_outputs(ctx, reply, expected, label)
     device_us = [t for s in mine for t in s.device_us]
     host_us = [t for s in mine for t in s.host_us]
     stats = summarise(device_us)
@@ -85,7 +94,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         "ref_median_us": ref_stats["median_us"],
         "speedup": ref_stats["median_us"] / stats["median_us"] if stats["median_us"] > 0 else None,
         "timer": mine[0].mode, "ref_timer": ref[0].mode,
-        "input_sets": len(sets), "l2_flush_bytes": mine[0].l2_flush_bytes,
+        "input_sets": count, "l2_flush_bytes": mine[0].l2_flush_bytes,
         "wall_s": round(sum(s.wall_s for s in mine), 3),
     }
     if host_us:
@@ -98,7 +107,28 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         warning = clock_warning(before, after)
         if warning:
             row["clock_warning"] = warning
+    if ctx.device == "cuda":
+        _check_possible(ctx, case, row)
     return row
+
+
+def _call(fn: Any, sets: list, i: int) -> Any:
+    return fn(*sets[i])
+
+
+def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
+    floor = floor_us(ctx.env.get("device_name", ""), ctx.problem.flops(dict(case)),
+                     ctx.problem.bytes_moved(dict(case)))
+    if floor is None:
+        return
+    row["floor_us"] = floor
+    if row["median_us"] < floor:
+        raise RungFailed(
+            "ImpossibleTime",
+            f"bench case {row['case']} took {row['median_us']:.2f} us, less than the "
+            f"{floor:.2f} us the GPU's datasheet peaks allow for its work",
+            "either the version skips work (cached or partial results the checks missed) or "
+            "the problem's flops()/bytes_moved() overstate the work", figures=row)
 
 
 def _input_sets(ctx: Context, first: tuple) -> int:
@@ -113,7 +143,7 @@ def _input_sets(ctx: Context, first: tuple) -> int:
 def _check_timed_outputs(ctx: Context, reply: dict[str, Any], expected: list, label: str) -> None:
     for set_index, (outputs, specs, want) in enumerate(
             zip(reply["outputs"], reply["specs"], expected, strict=True)):
-        what = f"the timed calls of bench case {label}, input set {set_index}"
+        what = f"the timed calls of bench case {label}, input set {set_index + 1}"
         check_outputs({"specs": specs, "tuple": reply["tuple"]}, want, ctx.device, what)
         for out, ref in zip(outputs, want, strict=True):
             policy = tolerance.resolve(str(ref.dtype).removeprefix("torch."),

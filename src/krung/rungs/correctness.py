@@ -1,9 +1,12 @@
 """correctness: every test case, with several fresh seeds each, against the reference.
 
 Inputs are drawn fresh for every (case, seed) from the evaluation's secret seed, so no two
-evaluations see the same data. Each output is compared in float64 under the per-dtype policy
-(krung.tolerance, overridable by the problem). A failing case stops its remaining seeds but
-not the other cases, so the report shows every case that fails.
+evaluations see the same data; besides the declared cases, a few unseen ones (awkward
+neighbours of declared sizes, krung.problem.unseen) run too. Every call is a checked call
+(krung.contract): poisoned output memory, inputs unchanged afterwards, no tampering, and on
+each case's first seed no operator the problem forbids. Each output is compared in float64
+under the per-dtype policy (krung.tolerance, overridable by the problem). A failing case
+stops its remaining seeds but not the other cases, so the report shows every case that fails.
 """
 
 from __future__ import annotations
@@ -11,31 +14,34 @@ from __future__ import annotations
 from typing import Any
 
 from krung import tolerance
-from krung.contract import check_outputs
 from krung.errors import RungFailed
 from krung.ladder import Context
 from krung.metrics import Comparison, compare
 from krung.problem import case_label
+from krung.problem.unseen import unseen_cases
 
 NEEDS = ("run",)
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    cases = ctx.problem.test_cases
+    declared = ctx.problem.test_cases
+    unseen = _usable(ctx, unseen_cases(declared, ctx.seed_for("unseen"), ctx.problem.derive_case))
+    cases = declared + unseen
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
-    failures: list[tuple[dict, int, int, Comparison]] = []
-    worst: tuple[float, dict, Comparison] | None = None
+    threads = 0
+    failures: list[tuple[str, int, int, Comparison]] = []
+    worst: tuple[float, str, Comparison] | None = None
     for index, case in enumerate(cases):
-        label = case_label(case)
+        label = case_label(case) + (" (unseen)" if index >= len(declared) else "")
         ctx.progress("correctness", f"case {index + 1}/{len(cases)} {label}")
         row: dict[str, Any] = {"case": label, "seeds": 0, "passed": True}
         for rep in range(seeds):
             inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
             expected = ctx.expected(inputs)
             what = f"case {label}, seed #{rep}"
-            reply = ctx.call(inputs, what)
-            check_outputs(reply, expected, ctx.device, what)
+            reply = ctx.checked_call(inputs, expected, what, trace=rep == 0)
+            threads = max(threads, reply.get("threads_started", 0))
             row["seeds"] += 1
             for out_index, (out, ref) in enumerate(zip(reply["outputs"], expected, strict=True)):
                 policy = tolerance.resolve(str(ref.dtype).removeprefix("torch."),
@@ -44,17 +50,32 @@ def run(ctx: Context) -> dict[str, Any]:
                 _merge(row, result.figures)
                 score = result.figures.get("max_abs_err", 0.0)
                 if worst is None or score > worst[0]:
-                    worst = (score, case, result)
+                    worst = (score, label, result)
                 if not result.passed:
                     row["passed"] = False
-                    failures.append((case, rep, out_index, result))
+                    failures.append((label, rep, out_index, result))
             if not row["passed"]:
                 break
         rows.append(row)
     figures = _summary(rows, seeds, worst)
+    figures["unseen_cases"] = len(unseen)
+    if threads:  # not a failure by itself, but work may be hiding there
+        figures["threads_started"] = threads
     if failures:
         raise _mismatch(failures, rows, figures)
     return figures
+
+
+def _usable(ctx: Context, cases: list[dict]) -> list[dict]:
+    """The unseen cases the problem itself can make inputs and a reference output for."""
+    usable = []
+    for case in cases:
+        try:
+            ctx.expected(ctx.make_inputs(case, ctx.seed_for("unseen-probe")))
+        except Exception:  # the problem's limits, not the version's fault: skip the case
+            continue
+        usable.append(case)
+    return usable
 
 
 def _merge(row: dict[str, Any], figures: dict[str, Any]) -> None:
@@ -78,20 +99,20 @@ def _summary(rows: list[dict[str, Any]], seeds: int, worst: Any) -> dict[str, An
     cossims = [r["cossim"] for r in rows if "cossim" in r]
     figures["cossim"] = min(cossims) if cossims else None
     if worst is not None:
-        figures["worst_case"] = case_label(worst[1])
+        figures["worst_case"] = worst[1]
     figures["per_case"] = rows
     return figures
 
 
 def _mismatch(failures: list, rows: list[dict[str, Any]], figures: dict[str, Any]) -> RungFailed:
-    case, rep, out_index, result = failures[0]
+    label, rep, out_index, result = failures[0]
     failed = [r["case"] for r in rows if not r["passed"]]
     output = f" output {out_index}" if out_index else ""
     at = ""
     if result.first_mismatch is not None:
         at = (f"; first mismatch at {tuple(result.first_mismatch)}: got {result.got:.6g}, "
               f"expected {result.expected:.6g}")
-    message = (f"{len(failed)}/{len(rows)} test cases fail; {case_label(case)} seed #{rep}"
+    message = (f"{len(failed)}/{len(rows)} test cases fail; {label} seed #{rep}"
                f"{output}: {result.reason}{at}")
     figures["failed_cases"] = failed
     figures["first_mismatch"] = result.first_mismatch

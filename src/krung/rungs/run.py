@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from krung.contract import check_outputs
 from krung.errors import RungFailed
 from krung.ladder import Context
 from krung.problem import case_label
@@ -18,8 +17,7 @@ def run(ctx: Context) -> dict[str, Any]:
     what = f"case {case_label(case)}"
     inputs = ctx.make_inputs(case, ctx.seed_for("run", 0))
     expected = ctx.expected(inputs)
-    reply = ctx.call(inputs, what)
-    check_outputs(reply, expected, ctx.device, what)
+    reply = ctx.checked_call(inputs, expected, what)
     for i, (out, ref) in enumerate(zip(reply["outputs"], expected, strict=True)):
         if not out.is_floating_point():
             continue

@@ -1,6 +1,8 @@
-"""static: the version parses, defines the entry point, and keeps away from the reference.
+"""static: the version parses, defines the entry point, keeps away from the reference, and
+uses none of the names the problem forbids (e.g. `torch.matmul` for a matmul problem).
 
-Reads the file; imports nothing.
+Reads the file; imports nothing. The runtime operator trace in the correctness rung catches
+what a source check cannot (getattr tricks, fallbacks behind try/except).
 """
 
 from __future__ import annotations
@@ -10,7 +12,13 @@ from typing import Any
 
 from krung.errors import RungFailed
 from krung.ladder import Context
-from krung.solution import ENTRY_POINT, detect_dsl, entry_point, imported_modules
+from krung.solution import (
+    ENTRY_POINT,
+    detect_dsl,
+    entry_point,
+    imported_modules,
+    qualified_uses,
+)
 
 NEEDS: tuple[str, ...] = ()
 
@@ -44,8 +52,20 @@ def run(ctx: Context) -> dict[str, Any]:
                              f"line {node.lineno} names the problem's file ({node.value!r})",
                              "a version must not read or load the problem's files",
                              location=f"{solution.path}:{node.lineno}")
+    _check_forbidden(ctx, tree)
     return {"dsl": detect_dsl(tree), "lines": len(solution.source.splitlines()),
             "sha256": solution.sha256[:12]}
+
+
+def _check_forbidden(ctx: Context, tree: ast.Module) -> None:
+    forbidden = set(ctx.problem.forbid)
+    for name, line in qualified_uses(tree):
+        if name in forbidden:
+            raise RungFailed("ForbiddenName",
+                             f"line {line} uses `{name}`, which the problem forbids",
+                             "compute the core operation in your own kernel instead of "
+                             "delegating it to torch or a vendor library",
+                             location=f"{ctx.solution.path}:{line}")
 
 
 def _problem_modules(ctx: Context) -> set[str]:

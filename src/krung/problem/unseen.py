@@ -1,0 +1,59 @@
+"""Test cases the version has never been told about: awkward neighbours of declared ones.
+
+Each evaluation picks some declared test cases at random (from its secret seed) and moves
+every size above 2 to a nearby odd number, a prime where one is close: 1000 may become 997,
+4096 may become 3583. A version tuned to the declared shapes (special-cased sizes, tails
+that only work for the sizes it was shown) fails here. A problem whose sizes are constrained
+(heads must divide a width, say) defines `derive_case(case, rng) -> dict | None` instead.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+UNSEEN_CASES = 2
+
+
+def unseen_cases(cases: list[dict], seed: int,
+                 derive: Callable[[dict, random.Random], dict | None] | None = None,
+                 count: int = UNSEEN_CASES) -> list[dict]:
+    rng = random.Random(seed)
+    movable = [c for c in cases if any(_movable(v) for v in c.values())]
+    picked = rng.sample(movable, min(count, len(movable)))
+    derived = []
+    for case in picked:
+        new = derive(dict(case), rng) if derive else _neighbour(case, rng)
+        if new and new not in cases and new not in derived:
+            derived.append(new)
+    return derived
+
+
+def _movable(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 2
+
+
+def _neighbour(case: dict, rng: random.Random) -> dict:
+    return {k: _awkward(v, rng) if _movable(v) else v for k, v in case.items()}
+
+
+def _awkward(size: int, rng: random.Random) -> int:
+    """An odd size within about 25% of `size`, the next prime above it when one is near."""
+    low, high = max(3, size * 3 // 4), size + size // 4 + 1
+    candidate = rng.randint(low, high) | 1
+    for step in range(0, 200, 2):
+        if _is_prime(candidate + step):
+            return candidate + step
+    return candidate
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2 or n % 2 == 0:
+        return n == 2
+    factor = 3
+    while factor * factor <= n:
+        if n % factor == 0:
+            return False
+        factor += 2
+    return True

@@ -1,0 +1,60 @@
+"""compute-sanitizer over one call of a version: memcheck, racecheck and initcheck.
+
+Each tool runs a fresh worker under `compute-sanitizer --tool T`, which loads the version and
+makes one checked call on the given case; the tool's report (its log file) is parsed for the
+error count and the first error. Slow (each tool replays every access), so only on request.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from typing import Any
+
+from krung.candidate import Candidate
+from krung.errors import RungFailed
+from krung.ladder import Context
+
+TOOLS = ("memcheck", "racecheck", "initcheck")
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazard", re.IGNORECASE)
+
+
+def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
+    executable = shutil.which("compute-sanitizer")
+    if executable is None:
+        raise RungFailed("ToolMissing", "--sanitize needs compute-sanitizer, which is not on "
+                         "PATH", "install the CUDA toolkit's compute-sanitizer, or drop "
+                         "--sanitize")
+    findings = {}
+    for tool in TOOLS:
+        log = ctx.run_dir / f"sanitizer-{tool}.txt"
+        prefix = [executable, "--tool", tool, "--log-file", str(log), "--print-limit", "20"]
+        if tool == "racecheck":
+            prefix += ["--racecheck-report", "hazard"]
+        candidate = Candidate("cuda", ctx.run_dir, ctx.solution.path, cuda_ipc=False,
+                              prefix=prefix, log_name=f"worker-{tool}.log")
+        candidate.start()
+        try:
+            timeout = ctx.settings.compile_timeout_s * 4
+            reply = candidate.request({"op": "load", "path": str(ctx.solution.path)}, timeout,
+                                      f"loading under {tool}")
+            if reply.get("ok"):
+                inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
+                candidate.request({"op": "call", "inputs": [t.cpu() for t in inputs]},
+                                  timeout, f"one call under {tool}")
+        finally:
+            candidate.close()
+        report = log.read_text(errors="replace") if log.exists() else ""
+        findings[tool] = _parse(report)
+    return findings
+
+
+def _parse(report: str) -> dict[str, Any]:
+    counts = [int(m) for m in _SUMMARY.findall(report) + _RACE_SUMMARY.findall(report)]
+    errors = max(counts, default=0)
+    first = next((line.strip() for line in report.splitlines()
+                  if line.strip().startswith("=========") and (
+                      "Invalid" in line or "Race" in line or "Uninitialized" in line
+                      or "hazard" in line)), "")
+    return {"errors": errors, "first": first.strip("= ").strip(), "report": report[-8000:]}

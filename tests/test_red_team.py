@@ -1,0 +1,231 @@
+"""The red team: versions that cheat, each caught by the rung that should catch it, with a
+message that says what was seen; and honest versions doing unusual things, which must pass.
+
+All on the CPU, through the real `krung` command. GPU-only mechanisms are in test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ALL = "static,compile,run,correctness,determinism,benchmark"
+
+
+def rungs_of(result) -> dict:
+    return {r["name"]: r for r in result.json()["rungs"]}
+
+
+def first_failure(result) -> dict:
+    return next(r for r in result.json()["rungs"] if r["status"] == "failed")
+
+
+CHEATS = {
+    # Computes half the output and leaves the rest to whatever the buffer held.
+    "partial_write": ("""
+        import torch
+        def kernel(x):
+            y = torch.empty_like(x)
+            half = x.numel() // 2
+            y[:half] = x[:half] * 2 + 1
+            return y
+    """, "correctness", "Mismatch", "elements outside"),
+    # Writes the result into its input and returns that.
+    "writes_input": ("""
+        def kernel(x):
+            return x.mul_(2).add_(1)
+    """, "run", "InputMutated", "input 0 was changed"),
+    # Makes every comparison pass, and every timer read zero.
+    "patches_allclose": ("""
+        import torch
+        torch.allclose = lambda *a, **k: True
+        def kernel(x):
+            return x
+    """, "run", "Tampering", "torch.allclose"),
+    "patches_perf_counter": ("""
+        import time
+        time.perf_counter = lambda: 0.0
+        def kernel(x):
+            return x * 2 + 1
+    """, "run", "Tampering", "time.perf_counter"),
+    # Walks the caller's frames and the heap for the expected output: there is none here.
+    "steals_expected": ("""
+        import gc, sys, torch
+        def kernel(x):
+            frame = sys._getframe(1)
+            while frame is not None:
+                for value in frame.f_locals.values():
+                    if isinstance(value, torch.Tensor) and value.shape == x.shape \\
+                            and value is not x:
+                        return value.clone()
+                frame = frame.f_back
+            for obj in gc.get_objects():
+                if isinstance(obj, torch.Tensor) and obj.shape == x.shape and obj is not x:
+                    return obj.clone()
+            return torch.zeros_like(x)
+    """, "run|correctness", "Mismatch", "elements outside"),
+    # Special-cases the sizes it was told about.
+    "declared_sizes_only": ("""
+        import torch
+        def kernel(x):
+            if x.numel() in (1, 1000, 4099):
+                return x * 2 + 1
+            return torch.zeros_like(x)
+    """, "correctness", "Mismatch", "(unseen)"),
+    # Returns a tensor subclass, not a plain tensor.
+    "subclass": ("""
+        import torch
+        class Lazy(torch.Tensor):
+            pass
+        def kernel(x):
+            return (x * 2 + 1).as_subclass(Lazy)
+    """, "run", "OutputContract", "not a plain torch.Tensor"),
+    # Returns far more data than the output holds.
+    "huge_output": ("""
+        import torch
+        def kernel(x):
+            return torch.ones(x.numel() + (64 << 20), dtype=x.dtype)
+    """, "run", "OutputTooLarge", "more than the"),
+    # Adds noise below the tolerance: passes correctness, never the same bits twice.
+    "noisy": ("""
+        import torch
+        def kernel(x):
+            return x * 2 + 1 + 1e-7 * torch.randn_like(x)
+    """, "determinism", "Nondeterministic", "differs between two runs"),
+    # Remembers outputs by input storage: right until the same storage holds new values.
+    "memoises_storage": ("""
+        memo = {}
+        def kernel(x):
+            key = x.data_ptr()
+            if key not in memo:
+                memo[key] = x * 2 + 1
+            return memo[key].clone()
+    """, "run|correctness|benchmark", "Mismatch|TimedMismatch|OutputContract", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_cheats_are_caught_by_the_right_rung(krung, scale_problem, version, name):
+    source, rung, error_type, words = CHEATS[name]
+    result = krung("run", scale_problem, version(name, textwrap.dedent(source)), "--json",
+                   "--rungs", ALL)
+    assert result.code == 1, result.stdout + result.stderr
+    failed = first_failure(result)
+    assert failed["name"] in rung.split("|"), failed
+    assert failed["error_type"] in error_type.split("|"), failed
+    assert words in failed["error"], failed
+    assert failed["hint"]
+
+
+def test_a_print_flood_ends_at_the_file_size_limit(krung, scale_problem, version):
+    source = "def kernel(x):\n    while True:\n        print('x' * 1000)\n"
+    result = krung("run", scale_problem, version("flood", source), "--json",
+                   env={"KRUNG_MAX_FILE_BYTES": str(4 << 20), "KRUNG_COMPILE_TIMEOUT": "60"},
+                   timeout=120)
+    failed = first_failure(result)
+    # Python ignores SIGXFSZ, so the write that crosses the limit raises instead.
+    assert failed["error_type"] == "OSError"
+    assert "File too large" in failed["error"]
+    assert "KRUNG_MAX_FILE_BYTES" in failed["hint"]
+
+
+def test_a_host_allocation_failure_is_a_failed_rung(krung, scale_problem, version):
+    source = "import torch\ndef kernel(x):\n    return torch.empty(1 << 50, dtype=torch.uint8)\n"
+    result = krung("run", scale_problem, version("alloc", source), "--json")
+    failed = first_failure(result)
+    assert failed["name"] == "run"
+    assert failed["error_type"] == "RuntimeError"
+    assert "allocate" in failed["error"]
+
+
+def test_threads_left_running_are_counted(krung, scale_problem, version):
+    source = """
+        import threading, time
+        def kernel(x):
+            threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+            return x * 2 + 1
+    """
+    result = krung("run", scale_problem, version("threads", textwrap.dedent(source)), "--json",
+                   "--rungs", "correctness")
+    assert result.code == 0, result.stdout
+    assert rungs_of(result)["correctness"]["figures"]["threads_started"] >= 1
+
+
+HONEST = {
+    # Allocates its output and writes it in place through out=.
+    "writes_own_output_in_place": """
+        import torch
+        def kernel(x):
+            y = torch.empty_like(x)
+            torch.mul(x, 2, out=y)
+            y.add_(1)
+            return y
+    """,
+    # Keeps a per-shape cache of what it prepared (as a compiled-config cache would).
+    "caches_per_shape": """
+        plans = {}
+        def kernel(x):
+            plan = plans.setdefault((tuple(x.shape), x.dtype), (2, 1))
+            return x * plan[0] + plan[1]
+    """,
+    # Computes in float32 and rounds to bf16 once: inside the bf16 tolerance.
+    "rounds_bf16_once": """
+        def kernel(x):
+            return (x.float() * 2 + 1).to(x.dtype)
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_honest_versions_pass(krung, scale_problem, version, name):
+    result = krung("run", scale_problem, version(name, textwrap.dedent(HONEST[name])), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+
+
+MATMUL_BY_GETATTR = """
+import torch
+def kernel(a, b):
+    op = getattr(torch, "mat" + "mul")
+    return op(a.float(), b.float()).to(a.dtype)
+"""
+
+
+def test_forbidden_ops_are_caught_in_the_source_and_at_run_time(krung, version):
+    direct = version("mm_direct", "import torch\ndef kernel(a, b):\n    return torch.matmul(a, b)\n")
+    result = krung("run", "matmul", direct, "--json", "--rungs", "static")
+    failed = first_failure(result)
+    assert failed["error_type"] == "ForbiddenName"
+    assert "torch.matmul" in failed["error"] and failed["location"].endswith(":3")
+
+    hidden = version("mm_getattr", MATMUL_BY_GETATTR)
+    result = krung("run", "matmul", hidden, "--json", "--rungs", "static,correctness")
+    rungs = rungs_of(result)
+    assert rungs["static"]["status"] == "ok"  # the source names no forbidden function...
+    failed = rungs["correctness"]  # ...but the trace of what ran does
+    assert failed["error_type"] == "ForbiddenOp"
+    assert "aten::mm" in failed["error"]
+
+
+def test_eight_evaluations_at_once_are_all_recorded(scale_problem, version, store):
+    good = version("good", "def kernel(x):\n    return x * 2 + 1\n")
+    env = {"KRUNG_STORE": str(store), "KRUNG_DEVICE": "cpu"}
+    processes = [subprocess.Popen([sys.executable, "-m", "krung", "run", str(scale_problem),
+                                   str(good), "--rungs", "static,compile,run", "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, **env}) for _ in range(8)]
+    ids = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        ids.append(json.loads(out)["run_id"])
+    listed = subprocess.run([sys.executable, "-m", "krung", "history", "scale", "--json"],
+                            capture_output=True, text=True, env={**os.environ, **env})
+    runs = json.loads(listed.stdout)
+    assert sorted(r["run_id"] for r in runs) == sorted(ids)
+    assert all(r["verdict"] == "ok" for r in runs)

@@ -98,6 +98,21 @@ SCALE_PROBLEM = '''
 '''
 
 
+# Versions of SCALE_PROBLEM that many tests use: a right one, and one wrong only on the tail
+# of its longest case (so it passes the run rung and fails correctness).
+GOOD = """
+def kernel(x):
+    return x * 2 + 1
+"""
+TAIL_BUG = """
+def kernel(x):
+    y = x * 2 + 1
+    if x.numel() > 1000:
+        y[-1] = 0
+    return y
+"""
+
+
 @pytest.fixture
 def scale_problem(tmp_path) -> Path:
     write(tmp_path / "scale" / "problem.py", SCALE_PROBLEM)

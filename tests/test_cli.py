@@ -6,20 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import write
-
-GOOD = """
-def kernel(x):
-    return x * 2 + 1
-"""
-# Right on the float32 cases, wrong on the last element of every case longer than 1000.
-TAIL_BUG = """
-def kernel(x):
-    y = x * 2 + 1
-    if x.numel() > 1000:
-        y[-1] = 0
-    return y
-"""
+from tests.conftest import GOOD, TAIL_BUG, write
 
 
 def test_good_version_passes_every_rung(krung, scale_problem, version):

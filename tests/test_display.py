@@ -12,7 +12,7 @@ import time
 
 from krung.display import PlainProgress
 from krung.results import RungResult, Status
-from tests.test_cli import GOOD
+from tests.conftest import GOOD
 
 LINE = re.compile(r"^\[(correctness|benchmark)\] case (\d+)/(\d+) \S+$")
 

@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 import krung
-from tests.conftest import write
+from tests.conftest import TAIL_BUG, write
 
 TOOLS = {"list_problems", "describe_problem", "evaluate", "history", "show_run",
          "get_artifact", "diff_runs", "profile"}
@@ -31,14 +31,6 @@ print("hello from the good version")
 
 def kernel(x):
     return x * 2 + 1
-"""
-# Right on the float32 cases, wrong on the last element of the long bf16 case.
-TAIL_BUG = """
-def kernel(x):
-    y = x * 2 + 1
-    if x.numel() > 1000:
-        y[-1] = 0
-    return y
 """
 
 

@@ -6,18 +6,8 @@ import re
 
 from krung import Run, RungResult, Status
 from krung.report import AGENT_LINE_CHARS, AGENT_MAX_LINES, agent_summary
+from tests.conftest import GOOD, TAIL_BUG
 
-GOOD = """
-def kernel(x):
-    return x * 2 + 1
-"""
-TAIL_BUG = """
-def kernel(x):
-    y = x * 2 + 1
-    if x.numel() > 1000:
-        y[-1] = 0
-    return y
-"""
 RAISES = "def kernel(x):\n    return x.view(3, -1) * 2\n"
 
 

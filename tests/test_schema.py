@@ -6,19 +6,10 @@ import json
 
 import pytest
 
+from tests.conftest import GOOD, TAIL_BUG
+
 jsonschema = pytest.importorskip("jsonschema", reason="a test dependency (the dev extra)")
 
-GOOD = """
-def kernel(x):
-    return x * 2 + 1
-"""
-TAIL_BUG = """
-def kernel(x):
-    y = x * 2 + 1
-    if x.numel() > 1000:
-        y[-1] = 0
-    return y
-"""
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.test_cli import GOOD, TAIL_BUG
+from tests.conftest import GOOD, TAIL_BUG
 
 QUICK = "static,compile,run,correctness"
 

@@ -73,10 +73,12 @@ def test_tuples_stay_tuples_and_nested_data_round_trips(pair):
     left, right = pair
     g = torch.Generator().manual_seed(torch.seed())
     a, b = torch.randn(4, 5, generator=g), torch.randn(3, generator=g)
-    left.send({"inputs": [(a, {"b": b, "t": 0.5}, [7, "x"])], "defects": [("what", "fix")]})
+    left.send({"inputs": [(a, {"b": b, "t": 0.5}, [7, "x"], {0: b, (1, 2): "k"})],
+               "defects": [("what", "fix")]})
     got = right.recv()
     data = got["inputs"][0]
     assert isinstance(data, tuple) and isinstance(data[2], list)
+    assert torch.equal(data[3][0], b) and data[3][(1, 2)] == "k"  # keys that are not strings
     assert torch.equal(data[0], a) and torch.equal(data[1]["b"], b)
     assert data[1]["t"] == 0.5 and data[2] == [7, "x"]
     assert got["defects"] == [("what", "fix")]  # a message without tensors keeps them too

@@ -166,3 +166,32 @@ def test_files_task_yml_brings_from_elsewhere_are_importable(tmp_path):
         write(path, "\n")
     assert support_dirs(folder, task) == [folder.resolve(), (tmp_path / "p").resolve()]
     assert shared_modules(folder, task) == ["task", "utils"]  # not reference, eval, submission
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", ["vectoradd_py", "rowsoftmax_py", "matmul_py"])
+def test_gpu_gpumode_submissions_pass(krung, problem):
+    """Data made on the GPU travels by CUDA IPC: tuples, dicts, the column-major input of
+    matmul (its submission refuses any other layout), the output buffer of vectoradd."""
+    result = krung("run", GPUMODE / problem, GPUMODE / problem / "submission.py", "--device",
+                   "cuda", "--json")
+    assert result.code == 0, result.stderr
+    run = result.json()
+    assert run["env"]["device"] == "cuda"
+    bench = {r["name"]: r for r in run["rungs"]}["benchmark"]["figures"]
+    assert bench["timer"] in ("cupti", "events") and bench["score_us"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version, rung, error_type", [
+    ("wrong_tail", "run", "NonFinite"),
+    ("wrong_writes_input", "run", "InputMutated"),
+    ("cheat_patch_check", "run", "NonFinite"),
+])
+def test_gpu_gpumode_poisoned_buffers_and_input_checks(krung, version, rung, error_type):
+    result = krung("run", GPUMODE / "vectoradd_py",
+                   GPUMODE / "vectoradd_py" / "solutions" / f"{version}.py", "--device", "cuda",
+                   "--rungs", CHECKS, "--json")
+    assert result.code == 1, result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    assert (failed["name"], failed["error_type"]) == (rung, error_type)

@@ -147,3 +147,36 @@ def test_the_problem_file_stays_out_of_the_version(krung, version):
     assert "3_Linear.py" in static["error"]
 
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gpu_kernelbench_weights_travel_by_ipc(krung, precision):
+    """On the GPU the reference's state dict and init inputs reach the worker by CUDA IPC."""
+    result = krung("run", KERNELBENCH / "3_Linear.py", KERNELBENCH / "solutions" / "3_Linear.py",
+                   "--device", "cuda", "--precision", precision, "--json")
+    assert result.code == 0, result.stderr
+    run = result.json()
+    assert run["env"]["device"] == "cuda" and run["env"]["precision"] == precision
+    bench = {r["name"]: r for r in run["rungs"]}["benchmark"]["figures"]
+    assert bench["timer"] in ("cupti", "events")
+    case = bench["per_case"][0]
+    assert case.get("floor_us", 0) < case["median_us"]  # possible at datasheet peaks
+
+
+@pytest.mark.gpu
+def test_gpu_kernelbench_suite_with_a_compiled_triton_model(krung):
+    result = krung("suite", KERNELBENCH, "--solutions", KERNELBENCH / "solutions", "--device",
+                   "cuda", "--json", timeout=1200)
+    assert result.code == 0, result.stderr
+    suite = result.json()
+    assert suite["scores"]["correctness"] == 1.0
+    assert all(p["speedup"] > 0 for p in suite["problems"])
+
+
+@pytest.mark.gpu
+def test_gpu_kernelbench_wrong_models_fail(krung):
+    result = krung("run", KERNELBENCH / "4_LayerNorm.py", KERNELBENCH / "wrong" / "4_LayerNorm.py",
+                   "--device", "cuda", "--rungs", CHECKS, "--json")
+    assert result.code == 1, result.stderr
+    assert result.json()["rungs"][3]["error_type"] == "Mismatch"

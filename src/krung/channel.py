@@ -6,7 +6,7 @@ by one raw frame per tensor. The channel is a socketpair created by the parent, 
 end is handed to the child process by file descriptor, so it is never the child's stdout.
 
 Structures arrive as they were sent: tuples stay tuples (a GPU MODE data object is often
-one), and a tensor whose strides describe a dense layout other than row-major (a transposed,
+one), dicts keep keys that are not strings, and a tensor whose strides describe a dense layout other than row-major (a transposed,
 column-major input) arrives with those strides, because kernels that read raw memory depend
 on them.
 """
@@ -27,6 +27,7 @@ from krung.results import json_safe
 
 TENSOR_KEY = "__tensor__"
 TUPLE_KEY = "__tuple__"
+ITEMS_KEY = "__items__"  # a dict whose keys are not all strings, as [key, value] pairs
 MAX_FRAME_BYTES = 1 << 36  # 64 GiB: larger than any output krung accepts
 
 
@@ -177,7 +178,10 @@ def _replace_tensors(value: Any, tensors: list[Any]) -> Any:
         tensors.append(value)
         return {TENSOR_KEY: len(tensors) - 1, **tensor_spec(value)}
     if isinstance(value, dict):
-        return {k: _replace_tensors(v, tensors) for k, v in value.items()}
+        if all(isinstance(k, str) for k in value):
+            return {k: _replace_tensors(v, tensors) for k, v in value.items()}
+        return {ITEMS_KEY: [[_replace_tensors(k, tensors), _replace_tensors(v, tensors)]
+                            for k, v in value.items()]}
     if isinstance(value, tuple):
         return {TUPLE_KEY: [_replace_tensors(v, tensors) for v in value]}
     if isinstance(value, list):
@@ -216,6 +220,9 @@ def _restore_tensors(value: Any, tensors: list[Any]) -> Any:
             return tensors[_index(value)]
         if TUPLE_KEY in value and len(value) == 1:
             return tuple(_restore_tensors(v, tensors) for v in value[TUPLE_KEY])
+        if ITEMS_KEY in value and len(value) == 1:
+            return {_restore_tensors(k, tensors): _restore_tensors(v, tensors)
+                    for k, v in value[ITEMS_KEY]}
         return {k: _restore_tensors(v, tensors) for k, v in value.items()}
     if isinstance(value, list):
         return [_restore_tensors(v, tensors) for v in value]

@@ -14,7 +14,8 @@ from typing import Any
 from krung import tree
 from krung.candidate import Candidate
 from krung.errors import RungFailed
-from krung.ladder import Context, load_request
+from krung.guard import NAN_BYTE
+from krung.ladder import Context, load_request, poison_leaves
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
@@ -42,6 +43,7 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
                                       f"loading under {tool}")
             if reply.get("ok"):
                 inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
+                inputs = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
                 cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))
                 candidate.request({"op": "call", "inputs": cpu}, timeout,
                                   f"one call under {tool}")

@@ -108,7 +108,7 @@ class KernelBenchSource:
         state = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
         problem.entry = {"kind": "module", "name": ENTRY_CLASS, "init_inputs": init_inputs,
                          "state": state, "dtype": self.dtype}
-        problem.facts["parameters"] = len(state)
+        problem.facts["state_tensors"] = len(state)  # what ModelNew must hold
 
     def forward(self, *inputs: Any) -> Any:
         return self.model(*inputs)

@@ -15,6 +15,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBLEMS = REPO / "problems"
+# Problems of our own in the two public formats, with right and wrong solutions.
+KERNELBENCH = REPO / "tests" / "data" / "kernelbench"
+GPUMODE = REPO / "tests" / "data" / "gpumode"
 
 
 def cuda_available() -> bool:

@@ -18,7 +18,7 @@ def test_local_problems_are_found_below_the_root(tmp_path):
     found = {p["name"]: p for p in krung.list_problems(tmp_path) if not p["builtin"]}
     assert set(found) == {"a", "b"}
     assert found["b"] == {"name": "b", "path": str(tmp_path / "deep" / "er" / "b"),
-                          "description": "deep/er/b", "builtin": False}
+                          "description": "deep/er/b", "builtin": False, "format": "native"}
     builtins = [p["name"] for p in krung.list_problems(tmp_path) if p["builtin"]]
     assert builtins == [name for name, _ in krung.builtin_problems()]
 

@@ -67,3 +67,32 @@ def test_a_pickle_is_not_executed(pair, tmp_path):
     with pytest.raises(ValueError):  # not JSON
         right.recv()
     assert not marker.exists()
+
+
+def test_tuples_stay_tuples_and_nested_data_round_trips(pair):
+    left, right = pair
+    g = torch.Generator().manual_seed(torch.seed())
+    a, b = torch.randn(4, 5, generator=g), torch.randn(3, generator=g)
+    left.send({"inputs": [(a, {"b": b, "t": 0.5}, [7, "x"], {0: b, (1, 2): "k"})],
+               "defects": [("what", "fix")]})
+    got = right.recv()
+    data = got["inputs"][0]
+    assert isinstance(data, tuple) and isinstance(data[2], list)
+    assert torch.equal(data[3][0], b) and data[3][(1, 2)] == "k"  # keys that are not strings
+    assert torch.equal(data[0], a) and torch.equal(data[1]["b"], b)
+    assert data[1]["t"] == 0.5 and data[2] == [7, "x"]
+    assert got["defects"] == [("what", "fix")]  # a message without tensors keeps them too
+
+
+def test_dense_strided_tensors_keep_their_layout(pair):
+    """A column-major input arrives column-major: a kernel reading raw memory relies on it."""
+    left, right = pair
+    g = torch.Generator().manual_seed(torch.seed())
+    column_major = torch.randn(6, 4, generator=g).t()  # (4, 6), strides (1, 4)
+    permuted = torch.randn(2, 3, 5, generator=g).permute(2, 0, 1)
+    sliced = torch.randn(6, 8, generator=g)[:, 1:5]  # not dense: arrives row-major
+    left.send({"t": [column_major, permuted, sliced]})
+    got = right.recv()["t"]
+    assert got[0].stride() == column_major.stride() and torch.equal(got[0], column_major)
+    assert got[1].stride() == permuted.stride() and torch.equal(got[1], permuted)
+    assert got[2].is_contiguous() and torch.equal(got[2], sliced)

@@ -219,7 +219,8 @@ def test_list_and_describe_problems(store, tmp_path, scale_problem):
     assert {name for name, _ in krung.builtin_problems()} <= set(problems)
     assert problems["softmax"]["builtin"] is True
     assert problems["scale"] == {"name": "scale", "path": str(scale_problem),
-                                 "description": "y = 2x + 1", "builtin": False}
+                                 "description": "y = 2x + 1", "builtin": False,
+                                 "format": "native"}
     assert "broken" in problems and "secret" not in problems
 
     about = described.structured_content

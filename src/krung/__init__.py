@@ -14,7 +14,7 @@ from krung.diff import diff_runs
 from krung.errors import KrungError, ProblemError, UsageError
 from krung.evaluate import evaluate
 from krung.ladder import DEFAULT_LADDER, RUNGS
-from krung.problem import builtin_problems, find_problem
+from krung.problem import builtin_problems, detect_format, find_problem
 from krung.problem.catalog import describe_problem, list_problems
 from krung.report import agent_summary
 from krung.results import Run, RungResult, Status
@@ -24,6 +24,7 @@ from krung.schema import run_schema
 from krung.settings import Settings
 from krung.solution import save_version
 from krung.store import Store, summary_of
+from krung.suite import SuiteEntry, SuiteResult, run_suite
 from krung.watch import watch
 from krung.workspace import Workspace, init_workspace
 
@@ -42,6 +43,8 @@ __all__ = [
     "Settings",
     "Status",
     "Store",
+    "SuiteEntry",
+    "SuiteResult",
     "UsageError",
     "Workspace",
     "__version__",
@@ -50,6 +53,7 @@ __all__ = [
     "agent_summary",
     "builtin_problems",
     "describe_problem",
+    "detect_format",
     "diff_runs",
     "evaluate",
     "find_problem",
@@ -59,6 +63,7 @@ __all__ = [
     "read_run_file",
     "run_files",
     "run_schema",
+    "run_suite",
     "save_version",
     "search_context",
     "summary_of",

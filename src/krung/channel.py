@@ -4,6 +4,11 @@ Nothing that crosses it is unpickled: a candidate could craft a pickle that runs
 the judge. A message is one JSON frame, with every tensor replaced by a small spec, followed
 by one raw frame per tensor. The channel is a socketpair created by the parent, whose child
 end is handed to the child process by file descriptor, so it is never the child's stdout.
+
+Structures arrive as they were sent: tuples stay tuples (a GPU MODE data object is often
+one), dicts keep keys that are not strings, and a tensor whose strides describe a dense layout other than row-major (a transposed,
+column-major input) arrives with those strides, because kernels that read raw memory depend
+on them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 from krung.results import json_safe
 
 TENSOR_KEY = "__tensor__"
+TUPLE_KEY = "__tuple__"
+ITEMS_KEY = "__items__"  # a dict whose keys are not all strings, as [key, value] pairs
 MAX_FRAME_BYTES = 1 << 36  # 64 GiB: larger than any output krung accepts
 
 
@@ -85,7 +92,7 @@ class Channel:
             specs: list[dict[str, Any]] = []
             _collect_specs(header, specs)
             if not specs:
-                return header
+                return _restore_tensors(header, [])  # tuples, still tagged
             if max_tensor_bytes is not None:
                 total = sum(_nbytes(s) for s in specs)
                 if total > max_tensor_bytes:
@@ -113,7 +120,7 @@ class Channel:
         if "ipc" in spec:
             from krung.cuda_ipc import import_copy
 
-            return import_copy(spec["ipc"]["handle"], dtype, shape)
+            return _with_strides(import_copy(spec["ipc"]["handle"], dtype, shape), spec)
         tensor = torch.empty(shape, dtype=dtype)
         if tensor.numel() == 0:
             self._conn.recv_bytes(MAX_FRAME_BYTES)
@@ -125,7 +132,7 @@ class Channel:
             raise ValueError(f"tensor frame larger than its {shape} {dtype} spec") from None
         if size != buffer.nbytes:
             raise ValueError(f"tensor frame of {size} bytes for a {shape} {dtype} tensor")
-        return tensor
+        return _with_strides(tensor, spec)
 
     def close(self) -> None:
         self._free_exported()
@@ -171,8 +178,13 @@ def _replace_tensors(value: Any, tensors: list[Any]) -> Any:
         tensors.append(value)
         return {TENSOR_KEY: len(tensors) - 1, **tensor_spec(value)}
     if isinstance(value, dict):
-        return {k: _replace_tensors(v, tensors) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+        if all(isinstance(k, str) for k in value):
+            return {k: _replace_tensors(v, tensors) for k, v in value.items()}
+        return {ITEMS_KEY: [[_replace_tensors(k, tensors), _replace_tensors(v, tensors)]
+                            for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {TUPLE_KEY: [_replace_tensors(v, tensors) for v in value]}
+    if isinstance(value, list):
         return [_replace_tensors(v, tensors) for v in value]
     return value
 
@@ -206,10 +218,42 @@ def _restore_tensors(value: Any, tensors: list[Any]) -> Any:
     if isinstance(value, dict):
         if TENSOR_KEY in value:
             return tensors[_index(value)]
+        if TUPLE_KEY in value and len(value) == 1:
+            return tuple(_restore_tensors(v, tensors) for v in value[TUPLE_KEY])
+        if ITEMS_KEY in value and len(value) == 1:
+            return {_restore_tensors(k, tensors): _restore_tensors(v, tensors)
+                    for k, v in value[ITEMS_KEY]}
         return {k: _restore_tensors(v, tensors) for k, v in value.items()}
     if isinstance(value, list):
         return [_restore_tensors(v, tensors) for v in value]
     return value
+
+
+def _with_strides(tensor: Any, spec: dict[str, Any]) -> Any:
+    """The row-major `tensor` laid out with the sender's strides, when those describe a dense
+    layout (a permutation of the dimensions, e.g. column-major); otherwise as it is."""
+    stride = spec.get("stride")
+    if not stride or list(tensor.stride()) == list(stride) or not _dense(spec["shape"], stride):
+        return tensor
+    import torch
+
+    laid_out = torch.empty_strided(tuple(spec["shape"]), tuple(stride), dtype=tensor.dtype,
+                                   device=tensor.device)
+    laid_out.copy_(tensor)
+    return laid_out
+
+
+def _dense(shape: list[int], stride: list[int]) -> bool:
+    """Whether the strides cover exactly numel elements, each once (no gaps, no overlap)."""
+    dims = sorted((s, n) for s, n in zip(stride, shape, strict=True) if n > 1)
+    if any(n == 0 for n in shape):
+        return False
+    expected = 1
+    for step, size in dims:
+        if step != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _is_tensor(value: Any) -> bool:

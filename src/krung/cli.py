@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import cli_workspace, display, report
+from krung import cli_suite, cli_workspace, display, report
 from krung.scaffold import scaffold
 from krung.store import summary_of
 
@@ -71,8 +71,12 @@ def _print_json(data: Any) -> None:
 
 @app.command()
 def run(
-    problem: Annotated[str, typer.Argument(help="Problem directory, or a built-in name.")],
-    solution: Annotated[Path, typer.Argument(help="The version: a .py file defining kernel().")],
+    problem: Annotated[str, typer.Argument(
+        help="Problem: a krung problem directory, a KernelBench .py file, a GPU MODE "
+             "directory (reference.py + task.yml), or a built-in name.")],
+    solution: Annotated[Path, typer.Argument(
+        help="The version: a .py file defining kernel() (KernelBench: class ModelNew; "
+             "GPU MODE: custom_kernel).")],
     rungs: Annotated[str | None, typer.Option(
         help=f"Comma-separated rungs to climb (default all: {','.join(krung.RUNGS)}).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
@@ -82,6 +86,8 @@ def run(
         help="Seconds allowed for one call of the version.")] = None,
     compile_timeout: Annotated[float | None, typer.Option(
         help="Seconds allowed for the import and the first call (JIT compile).")] = None,
+    precision: Annotated[str | None, typer.Option(
+        help="KernelBench problems: fp32 (default), fp16 or bf16.")] = None,
     json_output: JsonOption = False,
     output_format: FormatOption = None,
     store: StoreOption = None,
@@ -114,7 +120,7 @@ def run(
 
     with progress or contextlib.nullcontext():
         result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
-                                settings=settings, on_result=on_result,
+                                precision=precision, settings=settings, on_result=on_result,
                                 on_progress=on_progress, on_env=on_env)
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
@@ -261,14 +267,19 @@ def _open(store: Path | None) -> krung.Store:
 
 
 def _problem_name(spec: str) -> str:
-    """History is keyed by the problem directory's name; accept a path too."""
-    return Path(spec).resolve().name if Path(spec).is_dir() else spec
+    """History is keyed by the problem directory's name (a KernelBench file's stem); accept
+    a path too."""
+    path = Path(spec)
+    return path.resolve().name if path.is_dir() else path.stem if path.is_file() else spec
 
 
 def _brief(run: krung.Run) -> dict[str, Any]:
     return {"run_id": run.run_id, "problem": run.problem, "solution": run.solution,
             "device": run.device, "ok": run.ok, "started_at": run.started_at}
 
+
+# Suites of problems in other formats, scored as KernelBench scores them (cli_suite.py).
+app.command()(cli_suite.suite)
 
 # Working in a workspace: `krung init`, `krung watch`, `krung context ...` (cli_workspace.py).
 app.command()(cli_workspace.init)

@@ -2,7 +2,9 @@
 
 - Outputs: as many as the reference returns, each a plain torch.Tensor (no subclass) with the
   reference's dtype and shape, on the device the inputs were on.
-- Inputs: bit for bit as they were sent, unless the problem declares an in-place contract.
+- Inputs: bit for bit as they were sent, unless the problem declares an in-place contract;
+  output buffers passed among the inputs (GPU MODE's preallocated outputs) are the version's
+  to write.
 - Conduct: the timing and comparison functions are the ones the worker bound before the
   version was imported; the torch operators the call ran include none the problem forbids.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from krung import tree
 from krung.errors import RungFailed
 
 PLAIN_TENSOR = "torch.Tensor"
@@ -46,12 +49,24 @@ def check_outputs(reply: dict[str, Any], expected: list, device: str, what: str)
                              "torch.empty(shape, dtype=..., device=inputs[0].device)")
 
 
-def check_inputs_unchanged(after: list, before: tuple, what: str) -> None:
-    for i, (now, then) in enumerate(zip(after, before, strict=True)):
-        if not _same_bits(now, then):
-            raise RungFailed("InputMutated", f"input {i} was changed by the call (in {what})",
-                             "a version must not write its inputs (the problem declares no "
-                             "in-place contract): write results to new output tensors")
+def check_inputs_unchanged(after: list, before: tuple, what: str,
+                           writable: set[int] | None = None) -> None:
+    """Every tensor of the inputs, at any depth, as it was sent, except the output buffers."""
+    now = tree.labelled_leaves(list(after))
+    then = tree.labelled_leaves(list(before))
+    if [label for label, _ in now] != [label for label, _ in then]:
+        raise RungFailed("InputMutated", f"the call changed the structure of its inputs (in "
+                         f"{what})", "a version must not add, remove or replace the "
+                         "tensors it was given")
+    for index, ((label, new), (_, old)) in enumerate(zip(now, then, strict=True)):
+        if index not in (writable or set()) and not _same_bits(new, old):
+            # `input 1` for a flat tuple, `input [0][2]` inside a structure
+            name = f"input {label[1:-1]}" if label.count("[") == 1 else f"input {label}"
+            buffers = " other than the output buffers it is given" if writable else ""
+            raise RungFailed("InputMutated", f"{name} was changed by the call (in {what})",
+                             f"a version must not write its inputs{buffers} (the problem "
+                             "declares no in-place contract): write results to new output "
+                             "tensors")
 
 
 def check_conduct(reply: dict[str, Any], what: str, forbidden_ops: set[str]) -> None:

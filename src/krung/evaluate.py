@@ -19,7 +19,13 @@ from krung.candidate import LOG_TAIL_BYTES
 from krung.channel import ChannelClosed, spawn
 from krung.errors import KrungError, ProblemError, UsageError
 from krung.ladder import select
-from krung.problem import find_problem
+from krung.problem import (
+    KERNELBENCH,
+    detect_format,
+    find_problem,
+    precision_dtype,
+    problem_name,
+)
 from krung.results import Run, RungResult
 from krung.settings import Settings
 from krung.solution import read_solution
@@ -38,6 +44,7 @@ def evaluate(
     device: str | None = None,
     store: str | Path | Store | None = None,
     seed: int | None = None,
+    precision: str | None = None,
     settings: Settings | None = None,
     on_result: OnResult | None = None,
     on_progress: OnProgress | None = None,
@@ -45,24 +52,32 @@ def evaluate(
 ) -> Run:
     """Climb the ladder for `solution` on `problem` and return the recorded Run.
 
-    Raises ProblemError when the problem is broken and UsageError for bad arguments; a
-    version that fails, crashes or hangs is a Run whose rung says so, never an exception.
+    `problem` is a problem in any format krung reads (a directory with problem.py, a
+    KernelBench file, a GPU MODE directory) or a built-in name; `precision` (fp32, fp16,
+    bf16) casts a KernelBench problem's inputs and weights. Raises ProblemError when the
+    problem is broken and UsageError for bad arguments; a version that fails, crashes or
+    hangs is a Run whose rung says so, never an exception.
     """
     settings = (settings or Settings.from_env()).replace(device=device)
     problem_dir = find_problem(problem)
+    precision_dtype(precision)  # an unknown precision is a usage error here, not in the judge
+    if precision is not None and detect_format(problem_dir) != KERNELBENCH:
+        raise UsageError(f"--precision applies to KernelBench problems; {problem_dir} is in "
+                         f"{detect_format(problem_dir)} format, whose cases name their dtypes",
+                         hint="drop --precision")
     version = read_solution(solution)
     names = select(rungs)
     owned = not isinstance(store, Store)
     db = store if isinstance(store, Store) else Store(store or settings.store)
-    run = Run(run_id="", problem=problem_dir.name, problem_path=str(problem_dir),
+    run = Run(run_id="", problem=problem_name(problem_dir), problem_path=str(problem_dir),
               solution=str(version.path), source_sha256=version.sha256, source=version.source,
               seed=seed if seed is not None else secrets.randbits(63))
     try:
         db.begin(run, names)
         request = {
             "problem": str(problem_dir), "solution": str(version.path), "rungs": names,
-            "device": settings.device, "seed": run.seed, "run_dir": str(db.artifacts_dir(
-                run.run_id)),
+            "device": settings.device, "seed": run.seed, "precision": precision,
+            "run_dir": str(db.artifacts_dir(run.run_id)),
             "settings": {k: str(v) if isinstance(v, Path) else v
                          for k, v in settings.__dict__.items()},
         }

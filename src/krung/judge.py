@@ -20,9 +20,9 @@ from typing import Any
 from krung.candidate import Candidate
 from krung.channel import Channel
 from krung.errors import KrungError, ProblemError, RungFailed
-from krung.ladder import Context, climb
-from krung.problem import load_problem
-from krung.problem.native import check_behaviour
+from krung.ladder import Context, climb, derive_seed
+from krung.problem import Problem, load_problem
+from krung.problem.behaviour import check_behaviour
 from krung.results import RungResult
 from krung.settings import Settings
 from krung.solution import read_solution
@@ -40,9 +40,12 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
         device = resolve_device(request["device"])
         if device == "cuda":
             candidate.use_cuda_ipc()
-        problem = load_problem(Path(request["problem"]))
+        problem = load_problem(Path(request["problem"]), request.get("precision"))
+        settings = _capped(settings, problem)
+        if problem.setup is not None:  # e.g. KernelBench: the reference model's weights
+            problem.setup(derive_seed(int(request["seed"]), "setup"), device)
         check_behaviour(problem, device)
-        env = environment(device)
+        env = {**environment(device), "problem_format": problem.format, **problem.facts}
         ctx = Context(problem=problem, solution=solution, device=device, candidate=candidate,
                       settings=settings, seed=int(request["seed"]), run_dir=run_dir, env=env,
                       progress=lambda rung, message: channel.send(
@@ -57,6 +60,12 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
     finally:
         candidate.close()
     channel.send({"type": "done"})
+
+
+def _capped(settings: Settings, problem: Problem) -> Settings:
+    """The problem's own time limits (GPU MODE's task.yml) cap krung's, never raise them."""
+    lower = {k: min(getattr(settings, k), v) for k, v in problem.timeouts.items()}
+    return settings.replace(**lower) if lower else settings
 
 
 def resolve_device(requested: str) -> str:

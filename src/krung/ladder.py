@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from krung import tree
 from krung.contract import (
     check_conduct,
     check_inputs_unchanged,
@@ -72,21 +73,20 @@ class Context:
 
     def seed_for(self, purpose: str, *parts: Any) -> int:
         """A case seed derived from the evaluation's secret seed: fresh for every run."""
-        text = "/".join(str(p) for p in (self.seed, purpose, *parts))
-        return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+        return derive_seed(self.seed, purpose, *parts)
 
     def make_inputs(self, case: dict, seed: int) -> tuple:
         return tuple(self.problem.make_inputs(dict(case), seed, self.device))
 
     def expected(self, inputs: tuple) -> list:
         """The reference's outputs, on copies so the reference cannot alter the inputs."""
-        result = self.problem.reference(*[t.clone() for t in inputs])
+        result = self.problem.reference(*tree.clone(inputs))
         return list(result) if isinstance(result, (tuple, list)) else [result]
 
     def load(self) -> dict[str, Any]:
         """Import the version in the worker (once); raise RungFailed if that fails."""
         what = "the import of the version"
-        reply = self.candidate.request({"op": "load", "path": str(self.solution.path)},
+        reply = self.candidate.request(load_request(self.problem, self.solution.path),
                                        self.settings.compile_timeout_s, what)
         if not reply.get("ok"):
             raise failure(reply["error"], what)
@@ -106,10 +106,12 @@ class Context:
     def checked_call(self, inputs: tuple, expected: list, what: str, *,
                      poison_byte: int = NAN_BYTE, trace: bool = False) -> dict[str, Any]:
         """Run the version once under the call contract (krung.contract): the memory its
-        outputs will likely get is poisoned first; its outputs, its inputs afterwards and its
-        conduct are checked; a reply far larger than the outputs is refused unread."""
+        outputs will likely get is poisoned first (and so are output buffers passed among
+        its inputs); its outputs, its inputs afterwards and its conduct are checked; a reply
+        far larger than the outputs is refused unread."""
+        writable = self.problem.writable_leaves(inputs)
         message = {
-            "op": "call", "inputs": list(inputs),
+            "op": "call", "inputs": list(poison_leaves(inputs, writable, poison_byte)),
             "poison": {"byte": poison_byte, "specs": [
                 {"shape": list(e.shape), "dtype": dtype_name(e)} for e in expected]},
             "return_inputs": not self.problem.inplace,
@@ -120,12 +122,41 @@ class Context:
         check_conduct(reply, what, forbidden_op_names(self.problem.forbid_ops))
         check_outputs(reply, expected, self.device, what)
         if "inputs_after" in reply:
-            check_inputs_unchanged(reply["inputs_after"], inputs, what)
+            check_inputs_unchanged(reply["inputs_after"], inputs, what, writable)
         return reply
 
 
-def nbytes(tensors: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def derive_seed(secret: int, purpose: str, *parts: Any) -> int:
+    """A seed for one purpose, derived from the evaluation's secret seed."""
+    text = "/".join(str(p) for p in (secret, purpose, *parts))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def load_request(problem: Problem, path: Path) -> dict[str, Any]:
+    """The worker's `load` request: the version's file and the entry the format asks for."""
+    return {"op": "load", "path": str(path), "entry": problem.entry}
+
+
+def poison_leaves(inputs: tuple, writable: set[int], byte: int) -> tuple:
+    """A copy of `inputs` whose output buffers (the writable leaves) are filled with `byte`,
+    so an element the version does not write shows; the other tensors are shared."""
+    if not writable:
+        return inputs
+
+    def fill(index: int, tensor: Any) -> Any:
+        if index not in writable:
+            return tensor
+        import torch
+
+        poisoned = torch.empty_like(tensor)
+        poisoned.untyped_storage().fill_(byte)
+        return poisoned
+
+    return tree.map_leaves(fill, inputs)
+
+
+def nbytes(value: Any) -> int:
+    return tree.nbytes(value)
 
 
 def failure(error: dict[str, Any], what: str) -> RungFailed:

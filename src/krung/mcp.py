@@ -50,9 +50,10 @@ hint) -> fix or optimise -> evaluate again; history, show_run, diff_runs and get
 its own process, so a crash or a hang only fails its rung."""
 
 ProblemArg = Annotated[str, Field(description=(
-    "A built-in problem's name (e.g. softmax; see list_problems), or the path of a problem "
-    "directory (a folder holding problem.py); a relative path is relative to the server's "
-    "working directory."))]
+    "A built-in problem's name (e.g. softmax; see list_problems), or the path of a problem: "
+    "a folder holding problem.py, a KernelBench .py file, or a GPU MODE folder holding "
+    "reference.py and task.yml; a relative path is relative to the server's working "
+    "directory."))]
 RunIdArg = Annotated[str, Field(description="A run id, or a unique prefix of one (from "
                                             "evaluate or history).")]
 VersionPathArg = Annotated[str | None, Field(description=(
@@ -89,10 +90,10 @@ def build_server(store: str | Path | None = None) -> MCPServer:
 
     @tool(READ_ONLY)
     async def list_problems() -> CallToolResult:
-        """List the problems krung can evaluate: the built-in ones, then every problem
-        directory (a folder holding problem.py) up to three levels under the server's working
-        directory. Each has name, path, description and builtin; pass the name (built-in) or
-        the path to describe_problem and evaluate."""
+        """List the problems krung can evaluate: the built-in ones, then every problem (a
+        folder holding problem.py, a GPU MODE folder, a KernelBench file) up to three levels
+        under the server's working directory. Each has name, path, description, builtin and
+        format; pass the name (built-in) or the path to describe_problem and evaluate."""
         with _explained():
             found = await _in_thread(krung.list_problems, Path.cwd())
         return _answer({"root": str(Path.cwd()), "problems": found})

@@ -11,9 +11,11 @@ import re
 import shutil
 from typing import Any
 
+from krung import tree
 from krung.candidate import Candidate
 from krung.errors import RungFailed
-from krung.ladder import Context
+from krung.guard import NAN_BYTE
+from krung.ladder import Context, load_request, poison_leaves
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
@@ -37,12 +39,14 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
         candidate.start()
         try:
             timeout = ctx.settings.compile_timeout_s * 4
-            reply = candidate.request({"op": "load", "path": str(ctx.solution.path)}, timeout,
+            reply = candidate.request(load_request(ctx.problem, ctx.solution.path), timeout,
                                       f"loading under {tool}")
             if reply.get("ok"):
                 inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
-                candidate.request({"op": "call", "inputs": [t.cpu() for t in inputs]},
-                                  timeout, f"one call under {tool}")
+                inputs = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
+                cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))
+                candidate.request({"op": "call", "inputs": cpu}, timeout,
+                                  f"one call under {tool}")
         finally:
             candidate.close()
         report = log.read_text(errors="replace") if log.exists() else ""

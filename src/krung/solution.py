@@ -95,16 +95,19 @@ def detect_dsl(tree: ast.AST) -> str:
     return "torch"
 
 
-def entry_point(tree: ast.Module) -> ast.AST | None:
-    """The module-level statement that defines `kernel`, if there is one."""
+def entry_point(tree: ast.Module, name: str = ENTRY_POINT,
+                kind: str = "function") -> ast.AST | None:
+    """The module-level statement that defines the entry point (`kernel` by default; a class
+    when `kind` is "module"), if there is one."""
+    defining = (ast.ClassDef,) if kind == "module" else (ast.FunctionDef, ast.AsyncFunctionDef)
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == ENTRY_POINT:
+        if isinstance(node, defining) and node.name == name:
             return node
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == ENTRY_POINT for t in node.targets):
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return node
         if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                (alias.asname or alias.name) == ENTRY_POINT for alias in node.names):
+                (alias.asname or alias.name) == name for alias in node.names):
             return node
     return None
 

@@ -1,8 +1,10 @@
 """The candidate worker: the only process that imports a version.
 
 Started by the judge as `python -m krung.worker --fd N --device D`. It answers requests on
-its private channel: `load` imports the version, `call` runs it once on the inputs it is
-sent, `time` times it. Whatever the version raises comes back explained (explain.py); if it
+its private channel: `load` imports the version and takes its entry point (the request's
+`entry`, see entries.py: a function such as `kernel`, or a KernelBench `ModelNew` built and
+loaded with the reference's weights), `call` runs it once on the inputs it is sent, `time`
+times it. Inputs are tuples of tensors or of nested structures holding tensors (tree.py). Whatever the version raises comes back explained (explain.py); if it
 crashes the process, the judge sees the channel close and reports how it died.
 
 Imports stay lean (stdlib, torch; triton only through the version) so it starts fast.
@@ -23,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from krung.channel import Channel, ChannelClosed, tensor_spec
-
-ENTRY_POINT = "kernel"
+from krung.tree import leaves, map_tensors
 
 
 class Worker:
@@ -70,20 +71,24 @@ class Worker:
         return explain(exc, self.solution or Path("?"), stage)
 
     def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
+        from krung.entries import DEFAULT_ENTRY, EntryError, resolve
+
         self.solution = Path(request["path"]).resolve()
+        entry = request.get("entry") or DEFAULT_ENTRY
         start = time.perf_counter()
+        # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
+        sys.path.extend(p for p in entry.get("import_paths", []) if p not in sys.path)
         module = _import_version(self.solution)
         if self.device == "cpu" and "triton" in sys.modules:
             from krung.interpreter import fix_bfloat16
 
             fix_bfloat16()
-        kernel = getattr(module, ENTRY_POINT, None)
-        if not callable(kernel):
+        try:
+            self.kernel = resolve(module, entry, self.device)
+        except EntryError as exc:
             return {"ok": False, "error": {
-                "type": "EntryPointMissing", "kind": "load", "location": str(self.solution),
-                "message": f"{self.solution.name} defines no callable `{ENTRY_POINT}`",
-                "hint": f"define `def {ENTRY_POINT}(*inputs)` with the reference's signature"}}
-        self.kernel = kernel
+                "type": exc.error_type, "kind": "load", "location": str(self.solution),
+                "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint}}
         triton = sys.modules.get("triton")
         return {"ok": True, "load_s": time.perf_counter() - start,
                 "triton": getattr(triton, "__version__", None)}
@@ -122,7 +127,7 @@ class Worker:
             self.time_sets = [self.to_device(s) for s in request["inputs"]]
         if request.get("refill") is not None:
             for held, values in zip(self.time_sets, request["refill"], strict=True):
-                for tensor, value in zip(held, values, strict=True):
+                for tensor, value in zip(leaves(held), leaves(values), strict=True):
                     tensor.copy_(value)
         sets = self.time_sets
         outputs: list[Any] = [None] * len(sets)
@@ -149,10 +154,10 @@ class Worker:
         reply["threads_started"] = len(python_threads() - self.threads_before)
         return reply
 
-    def to_device(self, tensors: list[Any]) -> list[Any]:
+    def to_device(self, inputs: list[Any]) -> list[Any]:
         if self.device == "cpu":
-            return tensors
-        return [t.to(self.device) for t in tensors]
+            return inputs
+        return map_tensors(lambda t: t.to(self.device), inputs)
 
     def synchronize(self) -> None:
         if self.device != "cpu":

@@ -23,9 +23,11 @@ from krung.context import write_index
 from krung.errors import UsageError
 from krung.ladder import RUNGS
 from krung.problem import (
+    NATIVE,
     PROBLEM_FILE,
     builtin_dir,
     builtin_problems,
+    detect_format,
     find_problem,
     read_description,
 )
@@ -136,10 +138,10 @@ def _source_problem(problem: str | None, from_path: str | Path | None) -> Path |
             raise UsageError(f"no problem directory at {from_path}",
                              hint=f"give a directory holding {PROBLEM_FILE}, or use --problem "
                                   "NAME for a built-in problem")
-        return find_problem(path)
+        return _native(find_problem(path), from_path)
     if problem is not None:
         if Path(problem).exists():
-            return find_problem(problem)
+            return _native(find_problem(problem), problem)
         names = [name for name, _ in builtin_problems()]
         if problem not in names:
             raise UsageError(f"no built-in problem named {problem!r}",
@@ -147,6 +149,15 @@ def _source_problem(problem: str | None, from_path: str | Path | None) -> Path |
                                   "them), or --from PATH for a problem directory")
         return find_problem(problem)
     return None
+
+
+def _native(found: Path, spec: str | Path) -> Path:
+    """Workspaces hold problems in krung's own format; the others run where they are."""
+    kind = detect_format(found)
+    if kind != NATIVE:
+        raise UsageError(f"{spec} is a {kind} problem; krung init copies problems in krung's "
+                         "own format", hint=f"run it as it is: krung run {spec} VERSION.py")
+    return found
 
 
 def _first_version(dsl: str, title: str, signature: str, working: bool) -> str:

@@ -1,8 +1,10 @@
 """Which problems there are, and what each asks for, for a process that must not import
 torch or a problem's code (the CLI, the MCP server).
 
-Listing finds `problem.py` files and parses them; describing runs the problem in a child
-process (`python -m krung.problem.describe`).
+Listing finds problems in every format by their files (`problem.py`; `reference.py` with
+`task.yml`; a .py file defining KernelBench's Model, get_inputs and get_init_inputs) and
+parses them; describing runs the problem in a child process (`python -m
+krung.problem.describe`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ from typing import Any
 
 from krung.errors import KrungError, ProblemError
 from krung.problem import (
+    GPUMODE,
+    GPUMODE_FILES,
+    KERNELBENCH,
+    NATIVE,
     PROBLEM_FILE,
     builtin_dir,
     builtin_problems,
     find_problem,
+    kernelbench_missing,
+    problem_name,
     read_description,
 )
 
@@ -27,27 +35,73 @@ DESCRIBE_TIMEOUT_S = 120.0
 
 SEARCH_DEPTH = 3  # root/problem.py, root/x/problem.py, ... root/x/y/z/problem.py
 MAX_FOLDERS = 5000  # a guard for a root such as a home directory
+MAX_SCANNED_BYTES = 256_000  # larger .py files are not KernelBench problems worth parsing
 _SKIP = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
 
 
 def list_problems(root: str | Path | None = None) -> list[dict[str, Any]]:
-    """The built-in problems, then the problem directories found under `root` (default: the
-    current directory), each as {name, path, description, builtin}."""
+    """The built-in problems, then the problems found under `root` (default: the current
+    directory) in any format, each as {name, path, description, builtin, format}."""
     found = [{"name": name, "path": str(builtin_dir() / name), "description": description,
-              "builtin": True} for name, description in builtin_problems()]
+              "builtin": True, "format": NATIVE} for name, description in builtin_problems()]
     seen = {Path(p["path"]).resolve() for p in found}
-    for folder in local_problem_dirs(Path(root) if root is not None else Path.cwd()):
-        if folder.resolve() in seen:
+    for path, kind in local_problems(Path(root) if root is not None else Path.cwd()):
+        if path.resolve() in seen:
             continue
-        seen.add(folder.resolve())
-        found.append({"name": folder.name, "path": str(folder),
-                      "description": read_description(folder / PROBLEM_FILE), "builtin": False})
+        seen.add(path.resolve())
+        found.append({"name": problem_name(path), "path": str(path),
+                      "description": _description(path, kind), "builtin": False,
+                      "format": kind})
     return found
 
 
-def local_problem_dirs(root: Path) -> list[Path]:
-    """Folders under `root` that hold a problem.py, breadth first, hidden folders and
+def _description(path: Path, kind: str) -> str:
+    if kind == NATIVE:
+        return read_description(path / PROBLEM_FILE)
+    if kind == KERNELBENCH:
+        return read_description(path)
+    try:
+        import yaml
+
+        task = yaml.safe_load((path / "task.yml").read_text())
+        text = str(task.get("description") or "") if isinstance(task, dict) else ""
+    except Exception:  # unreadable task.yml: the judge reports it when the problem runs
+        text = ""
+    return text.strip().split("\n")[0]
+
+
+def local_problems(root: Path) -> list[tuple[Path, str]]:
+    """(path, format) of the problems under `root`: directories holding problem.py or
+    reference.py and task.yml, and KernelBench .py files; breadth first, hidden folders and
     virtual environments left out."""
+    found: list[tuple[Path, str]] = []
+    for folder in _folders(root):
+        if (folder / PROBLEM_FILE).is_file():
+            found.append((folder, NATIVE))
+        elif all((folder / name).is_file() for name in GPUMODE_FILES):
+            found.append((folder, GPUMODE))
+        else:
+            found += [(file, KERNELBENCH) for file in _kernelbench_files(folder)]
+    return found
+
+
+def _kernelbench_files(folder: Path) -> list[Path]:
+    found = []
+    for file in sorted(folder.glob("*.py")):
+        try:
+            if file.stat().st_size > MAX_SCANNED_BYTES:
+                continue
+            text = file.read_text(errors="replace")
+        except OSError:
+            continue
+        if "get_init_inputs" in text and "class Model" in text and not kernelbench_missing(file):
+            found.append(file)
+    return found
+
+
+def _folders(root: Path) -> list[Path]:
+    """Folders under `root` to SEARCH_DEPTH, breadth first, hidden folders and virtual
+    environments left out."""
     found: list[Path] = []
     level = [root]
     visited = 0
@@ -57,8 +111,7 @@ def local_problem_dirs(root: Path) -> list[Path]:
             visited += 1
             if visited > MAX_FOLDERS:
                 return found
-            if (folder / PROBLEM_FILE).is_file():
-                found.append(folder)
+            found.append(folder)
             if depth == SEARCH_DEPTH:
                 continue
             try:

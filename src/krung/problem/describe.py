@@ -22,6 +22,9 @@ from krung.problem import PROBLEM_FILE, Problem, case_label, case_size
 from krung.results import json_safe
 from krung.solution import ENTRY_POINT
 
+# Where each format keeps the problem's definition, relative to its path.
+_PROBLEM_FILES = {"native": PROBLEM_FILE, "gpumode": "reference.py", "kernelbench": ""}
+
 RULE = ("an element passes when |out - ref| <= atol + rtol * |ref|, compared in float64; "
         "reduced precisions must also reach min_psnr_db and min_cossim over the whole output; "
         "NaN or Inf where the reference is finite never passes; integer outputs must be exact")
@@ -30,31 +33,39 @@ RULE = ("an element passes when |out - ref| <= atol + rtol * |ref|, compared in 
 def describe(problem: Problem) -> dict[str, Any]:
     """The description itself; runs where the problem is imported (the child process)."""
     warnings: list[str] = []
-    params = _parameters(problem.reference)
+    code = problem.reference_code or problem.reference
+    params = [n for n in _parameters(getattr(code, "forward", code)) if n != "self"]
     example = _example(problem, warnings)
-    dtypes = sorted({c["dtype"] for c in problem.test_cases + problem.bench_cases}
+    dtypes = sorted({c["dtype"] for c in problem.test_cases + problem.bench_cases if "dtype" in c}
                     | {o["dtype"] for o in example.get("outputs", [])})
     return json_safe({
         "name": problem.name,
         "path": str(problem.path),
-        "problem_file": str(problem.path / PROBLEM_FILE),
+        "format": problem.format,
+        "problem_file": str(problem.path / _PROBLEM_FILES.get(problem.format, PROBLEM_FILE)),
         "description": problem.description,
-        "reference": {"signature": f"reference{_signature(problem.reference)}",
-                      "parameters": params, "source": _source(problem.reference)},
-        "entry_point": (f"a version is one .py file defining `def {ENTRY_POINT}("
-                        f"{', '.join(params)})` that takes the reference's inputs in the same "
-                        "order and returns its own output tensor(s), same count, dtype, shape "
-                        "and device as the reference's; it must not import the problem"),
+        "reference": {"signature": f"{getattr(code, '__name__', 'reference')}"
+                                   f"{_signature(code)}",
+                      "parameters": params, "source": _source(code)},
+        "entry_point": problem.entry_doc or (
+            f"a version is one .py file defining `def {ENTRY_POINT}("
+            f"{', '.join(params)})` that takes the reference's inputs in the same "
+            "order and returns its own output tensor(s), same count, dtype, shape "
+            "and device as the reference's; it must not import the problem"),
         "example": example,
         "test_cases": [_case(problem, c, warnings) for c in problem.test_cases],
         "bench_cases": [_case(problem, c, warnings) for c in problem.bench_cases],
         "cpu_bench_cases": [_case(problem, c, warnings)
                             for c in problem.bench_cases_for("cpu")],
         "tolerance": {
-            "rule": RULE,
+            "rule": RULE if problem.tolerance_decides else (
+                "the problem's own check decides (it runs in the judge on every output); "
+                "krung's metrics under the policy below are reported beside it, and NaN or "
+                "Inf where the reference is finite never passes"),
             "override": problem.tolerance,
             "by_dtype": {d: tolerance.resolve(d, problem.tolerance).to_json() for d in dtypes},
         },
+        **({"ranking_by": problem.ranking_by} if problem.ranking_by else {}),
         "warnings": warnings,
     })
 
@@ -75,16 +86,18 @@ def _case(problem: Problem, case: dict, warnings: list[str]) -> dict[str, Any]:
 def _example(problem: Problem, warnings: list[str]) -> dict[str, Any]:
     """Inputs and outputs of the smallest test case, made on the CPU: their specs only."""
     from krung.channel import tensor_spec
+    from krung.tree import clone
 
     case = min(problem.test_cases, key=case_size)
     try:
         inputs = tuple(problem.make_inputs(dict(case), 0, "cpu"))
-        outputs = problem.reference(*[t.clone() for t in inputs])
+        outputs = problem.reference(*clone(inputs))
     except Exception as exc:
         warnings.append(f"make_inputs or reference on {case} raised {type(exc).__name__}: {exc}")
         return {"case": case_label(case)}
     outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
-    names = _parameters(problem.reference)
+    code = problem.reference_code or problem.reference
+    names = [n for n in _parameters(getattr(code, "forward", code)) if n != "self"]
     specs = []
     for i, tensor in enumerate(inputs):
         spec = {"name": names[i] if i < len(names) else f"input{i}", **_spec(tensor, tensor_spec)}
@@ -95,6 +108,12 @@ def _example(problem: Problem, warnings: list[str]) -> dict[str, Any]:
 
 
 def _spec(value: Any, tensor_spec: Any) -> dict[str, Any]:
+    """A tensor's dtype, shape and stride; a structure's items, each described; a plain
+    value's type and value."""
+    if isinstance(value, (tuple, list)):
+        return {"type": type(value).__name__, "items": [_spec(v, tensor_spec) for v in value]}
+    if isinstance(value, dict):
+        return {"type": "dict", "items": {str(k): _spec(v, tensor_spec) for k, v in value.items()}}
     try:
         spec = tensor_spec(value)
     except AttributeError:  # not a tensor
@@ -126,7 +145,7 @@ def _source(fn: Any) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     from krung.problem import load_problem
-    from krung.problem.native import check_behaviour
+    from krung.problem.behaviour import check_behaviour
 
     args = sys.argv[1:] if argv is None else argv
     # Our stdout carries the answer; whatever the problem prints goes to stderr.
@@ -135,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = sys.stderr
     try:
         problem = load_problem(Path(args[0]))
+        if problem.setup is not None:
+            problem.setup(0, "cpu")
         check_behaviour(problem, "cpu")
         answer = describe(problem)
     except ProblemError as exc:

@@ -1,8 +1,8 @@
 """krung's own problem format: a directory with `problem.py`.
 
-Loading checks the structure (functions, signatures, cases) and then the behaviour of the
-input generator on the smallest test case (deterministic in its seed, never all zeros), and
-reports every defect at once, each with its fix.
+Loading checks the structure (functions, signatures, cases) and reports every defect at
+once, each with its fix; the judge then checks the input generator's behaviour
+(krung/problem/behaviour.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from krung import tolerance
 from krung.errors import ProblemError
-from krung.problem import PROBLEM_FILE, Problem, case_size
+from krung.problem import PROBLEM_FILE, Problem
 
 Defects = list[tuple[str, str]]
 
@@ -50,10 +50,10 @@ def import_file(path: Path, module_name: str) -> ModuleType:
     return module
 
 
-def load_native(path: Path) -> Problem:
-    file = path / PROBLEM_FILE
+def import_problem_file(file: Path, module_name: str, problem: Path) -> ModuleType:
+    """Import a problem's file; its own errors become a ProblemError naming the line."""
     try:
-        module = import_file(file, f"krung_problem_{path.name}")
+        return import_file(file, module_name)
     except Exception as exc:  # the problem's own code raised: report where
         if isinstance(exc, SyntaxError):
             where = f"{exc.filename}:{exc.lineno}"
@@ -61,9 +61,13 @@ def load_native(path: Path) -> Problem:
             frames = [f for f in traceback.extract_tb(exc.__traceback__)
                       if f.filename == str(file)] or traceback.extract_tb(exc.__traceback__)
             where = f"{frames[-1].filename}:{frames[-1].lineno}"
-        raise ProblemError(str(path), [(
-            f"{PROBLEM_FILE} raised {type(exc).__name__}: {exc}", f"fix {where}",
+        raise ProblemError(str(problem), [(
+            f"{file.name} raised {type(exc).__name__}: {exc}", f"fix {where}",
         )]) from exc
+
+
+def load_native(path: Path) -> Problem:
+    module = import_problem_file(path / PROBLEM_FILE, f"krung_problem_{path.name}", path)
     defects = check_structure(module)
     if defects:
         raise ProblemError(str(path), defects)
@@ -131,44 +135,6 @@ def _check_cases(attr: str, cases: Any) -> Defects:
             defects.append((f"{attr}[{i}] has dtype {case['dtype']!r}, not a torch dtype name",
                             f"use one of {sorted(_DTYPES)}"))
     return defects
-
-
-def check_behaviour(problem: Problem, device: str) -> None:
-    """Run the generator and the reference on the smallest test case; raise on defects."""
-    import torch
-
-    case = min(problem.test_cases, key=case_size)
-    defects: Defects = []
-    fix_seed = ("seed a generator from `seed` and pass it to every random call: "
-                "`g = torch.Generator(device=device).manual_seed(seed)`")
-    try:
-        first = problem.make_inputs(dict(case), 1234, device)
-        again = problem.make_inputs(dict(case), 1234, device)
-        other = problem.make_inputs(dict(case), 4321, device)
-    except Exception as exc:
-        raise ProblemError(str(problem.path), [(
-            f"make_inputs({case}, seed, {device!r}) raised {type(exc).__name__}: {exc}",
-            "make make_inputs work for every declared case on this device")]) from exc
-    if not isinstance(first, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in first):
-        raise ProblemError(str(problem.path), [(
-            f"make_inputs returned {type(first).__name__}, not a tuple of tensors",
-            "return a tuple of tensors, in the order reference(*inputs) takes them")])
-    tensors = [t for t in first if t.numel() > 0]
-    if any(not bool(t.ne(0).any()) for t in tensors):
-        defects.append(("make_inputs returned an all-zero tensor",
-                        "draw random values (torch.randn/rand with the seeded generator)"))
-    if not all(torch.equal(a, b) for a, b in zip(first, again, strict=True)):
-        defects.append(("make_inputs is not deterministic: the same seed gave different inputs",
-                        fix_seed))
-    elif all(torch.equal(a, b) for a, b in zip(first, other, strict=True)):
-        defects.append(("make_inputs ignores its seed: two seeds gave the same inputs", fix_seed))
-    try:
-        problem.reference(*first)
-    except Exception as exc:
-        defects.append((f"reference(*make_inputs({case}, ...)) raised {type(exc).__name__}: {exc}",
-                        "make the reference run on every declared case"))
-    if defects:
-        raise ProblemError(str(problem.path), defects)
 
 
 def _accepts(fn: Any, args: tuple) -> bool:

@@ -48,6 +48,28 @@ def _awkward(size: int, rng: random.Random) -> int:
     return candidate
 
 
+def granular_neighbour(size: int, granule: int, rng: random.Random) -> int:
+    """A size near `size` that is still a multiple of `granule` (a power of two every
+    declared size of its key shares): an odd multiple where one is near, never `size`."""
+    if granule <= 1:
+        return _awkward(size, rng)
+    low = max(1, (size * 3 // 4 + granule - 1) // granule)
+    high = max(low, (size + size // 4) // granule)
+    choices = [k for k in range(low, high + 1) if k * granule != size]
+    odd = [k for k in choices if k % 2]
+    if not choices:
+        return size + granule
+    return rng.choice(odd or choices) * granule
+
+
+def shared_granule(values: list[int]) -> int:
+    """The largest power of two dividing every value (1 when one is odd)."""
+    granule = 1
+    while all(v % (granule * 2) == 0 for v in values) and granule < (1 << 20):
+        granule *= 2
+    return granule
+
+
 def _is_prime(n: int) -> bool:
     if n < 2 or n % 2 == 0:
         return n == 2

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from krung.ladder import Context, failure
+from krung.guard import NAN_BYTE
+from krung.ladder import Context, failure, poison_leaves
 
 NEEDS = ("static",)
 
@@ -29,8 +30,10 @@ def run(ctx: Context) -> dict[str, Any]:
 
     case = ctx.problem.test_cases[0]
     inputs = ctx.make_inputs(case, ctx.seed_for("compile", 0))
+    # output buffers among the inputs hold whatever the judge's allocator had: poison them
+    sent = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
     start = time.perf_counter()
-    reply = ctx.candidate.request({"op": "call", "inputs": list(inputs)}, timeout,
+    reply = ctx.candidate.request({"op": "call", "inputs": list(sent)}, timeout,
                                   "the first call (compile)")
     first_call_s = time.perf_counter() - start
     figures: dict[str, Any] = {

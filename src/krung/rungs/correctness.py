@@ -5,20 +5,21 @@ evaluations see the same data; besides the declared cases, a few unseen ones (aw
 neighbours of declared sizes, krung.problem.unseen) run too. Every call is a checked call
 (krung.contract): poisoned output memory, inputs unchanged afterwards, no tampering, and on
 each case's first seed no operator the problem forbids. Each output is compared in float64
-under the per-dtype policy (krung.tolerance, overridable by the problem). A failing case
-stops its remaining seeds but not the other cases, so the report shows every case that fails.
+under the per-dtype policy (krung.tolerance, overridable by the problem), and by the
+problem's own check where it has one (krung.verdict). A failing case stops its remaining
+seeds but not the other cases, so the report shows every case that fails.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from krung import tolerance
 from krung.errors import RungFailed
 from krung.ladder import Context
-from krung.metrics import Comparison, compare
+from krung.metrics import Comparison
 from krung.problem import case_label
 from krung.problem.unseen import unseen_cases
+from krung.verdict import Verdict, judge_outputs
 
 NEEDS = ("run",)
 
@@ -30,7 +31,7 @@ def run(ctx: Context) -> dict[str, Any]:
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
     threads = 0
-    failures: list[tuple[str, int, int, Comparison]] = []
+    failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None
     for index, case in enumerate(cases):
         label = case_label(case) + (" (unseen)" if index >= len(declared) else "")
@@ -43,18 +44,18 @@ def run(ctx: Context) -> dict[str, Any]:
             reply = ctx.checked_call(inputs, expected, what, trace=rep == 0)
             threads = max(threads, reply.get("threads_started", 0))
             row["seeds"] += 1
-            for out_index, (out, ref) in enumerate(zip(reply["outputs"], expected, strict=True)):
-                policy = tolerance.resolve(str(ref.dtype).removeprefix("torch."),
-                                           ctx.problem.tolerance)
-                result = compare(out, ref, policy)
+            verdict = judge_outputs(ctx.problem, inputs, reply["outputs"], expected,
+                                    reply.get("tuple", False), ctx.device)
+            for result in verdict.comparisons:
                 _merge(row, result.figures)
                 score = result.figures.get("max_abs_err", 0.0)
                 if worst is None or score > worst[0]:
                     worst = (score, label, result)
-                if not result.passed:
-                    row["passed"] = False
-                    failures.append((label, rep, out_index, result))
-            if not row["passed"]:
+            if not verdict.passed:
+                row["passed"] = False
+                if verdict.check_message:
+                    row["check"] = verdict.check_message
+                failures.append((label, rep, verdict))
                 break
         rows.append(row)
     figures = _summary(rows, seeds, worst)
@@ -105,24 +106,28 @@ def _summary(rows: list[dict[str, Any]], seeds: int, worst: Any) -> dict[str, An
 
 
 def _mismatch(failures: list, rows: list[dict[str, Any]], figures: dict[str, Any]) -> RungFailed:
-    label, rep, out_index, result = failures[0]
+    label, rep, verdict = failures[0]
+    result = verdict.comparison
     failed = [r["case"] for r in rows if not r["passed"]]
-    output = f" output {out_index}" if out_index else ""
+    output = f" output {verdict.out_index}" if verdict.out_index else ""
     at = ""
-    if result.first_mismatch is not None:
+    if result is not None and result.first_mismatch is not None:
         at = (f"; first mismatch at {tuple(result.first_mismatch)}: got {result.got:.6g}, "
               f"expected {result.expected:.6g}")
     message = (f"{len(failed)}/{len(rows)} test cases fail; {label} seed #{rep}"
-               f"{output}: {result.reason}{at}")
+               f"{output}: {verdict.reason}{at}")
     figures["failed_cases"] = failed
-    figures["first_mismatch"] = result.first_mismatch
-    figures["mismatch_region"] = result.region or None
-    details = f"mismatches by dimension: {result.region}" if result.region else None
+    figures["first_mismatch"] = result.first_mismatch if result else None
+    figures["mismatch_region"] = (result.region if result else None) or None
+    details = f"mismatches by dimension: {result.region}" if result and result.region else None
+    if verdict.check_message:
+        details = "\n".join(filter(None, [f"the problem's check said: {verdict.check_message}",
+                                           details]))
     return RungFailed("Mismatch", message, _hint(result, rows), details=details, figures=figures)
 
 
-def _hint(result: Comparison, rows: list[dict[str, Any]]) -> str:
-    if result.figures.get("nonfinite"):
+def _hint(result: Comparison | None, rows: list[dict[str, Any]]) -> str:
+    if result is not None and result.figures.get("nonfinite"):
         return ("NaN/Inf where the reference is finite: look for reads of unwritten memory "
                 "(masked loads without `other`, padding lanes that reach a reduction) or overflow")
     passed = [r["case"] for r in rows if r["passed"]]

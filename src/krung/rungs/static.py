@@ -1,4 +1,5 @@
-"""static: the version parses, defines the entry point, keeps away from the reference, and
+"""static: the version parses, defines the entry point its format asks for (`kernel`; a
+KernelBench `class ModelNew`; GPU MODE's `custom_kernel`), keeps away from the reference, and
 uses none of the names the problem forbids (e.g. `torch.matmul` for a matmul problem).
 
 Reads the file; imports nothing. The runtime operator trace in the correctness rung catches
@@ -13,7 +14,6 @@ from typing import Any
 from krung.errors import RungFailed
 from krung.ladder import Context
 from krung.solution import (
-    ENTRY_POINT,
     detect_dsl,
     entry_point,
     imported_modules,
@@ -21,6 +21,15 @@ from krung.solution import (
 )
 
 NEEDS: tuple[str, ...] = ()
+
+_ENTRY_HINTS = {
+    "native": "define `def kernel(*inputs)` at module level, taking the reference's inputs "
+              "in the same order and returning its outputs",
+    "kernelbench": "define `class ModelNew(torch.nn.Module)` at module level, with the "
+                   "reference Model's constructor arguments, parameters and forward signature",
+    "gpumode": "define `def custom_kernel(data)` at module level, taking the data object "
+               "generate_input makes and returning the output, as submission.py does",
+}
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -33,10 +42,12 @@ def run(ctx: Context) -> dict[str, Any]:
         raise RungFailed("SyntaxError", exc.msg, "fix the syntax at the line shown",
                          location=f"{solution.path}:{exc.lineno}",
                          details=f"{exc.lineno:5d} | {line}\n        {caret}") from None
-    if entry_point(tree) is None:
-        raise RungFailed("EntryPointMissing", f"{solution.name} defines no `{ENTRY_POINT}`",
-                         f"define `def {ENTRY_POINT}(*inputs)` at module level, taking the "
-                         "reference's inputs in the same order and returning its outputs",
+    entry = ctx.problem.entry
+    if entry_point(tree, entry["name"], entry["kind"]) is None:
+        what = "class" if entry["kind"] == "module" else "function"
+        raise RungFailed("EntryPointMissing",
+                         f"{solution.name} defines no {what} `{entry['name']}`",
+                         _ENTRY_HINTS.get(ctx.problem.format, _ENTRY_HINTS["native"]),
                          location=str(solution.path))
     forbidden = _problem_modules(ctx)
     for module, line in imported_modules(tree):
@@ -69,7 +80,12 @@ def _check_forbidden(ctx: Context, tree: ast.Module) -> None:
 
 
 def _problem_modules(ctx: Context) -> set[str]:
-    """Module names a version could use to reach the problem's code."""
+    """Module names a version could use to reach the problem's code (less the modules its
+    format shares with versions, such as GPU MODE's task.py)."""
+    path = ctx.problem.path
     names = {"problem", "reference"}
-    names.update(p.stem for p in ctx.problem.path.glob("*.py"))
-    return names
+    if path.is_file():  # a KernelBench problem is one file
+        names.add(path.stem)
+    else:
+        names.update(p.stem for p in path.glob("*.py"))
+    return names - set(ctx.problem.shared_modules)

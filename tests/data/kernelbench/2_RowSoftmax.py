@@ -1,0 +1,27 @@
+"""Softmax over the last dimension of a matrix (a krung test problem in KernelBench's
+format)."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """y = softmax(x, dim=1)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=1)
+
+
+batch_size = 8
+dim = 777
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 3]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,28 @@
+"""A linear layer with bias (a krung test problem in KernelBench's format)."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """y = x @ W.T + b."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+batch_size = 24
+in_features = 64
+out_features = 48
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]

@@ -1,0 +1,197 @@
+"""GPU MODE reference-kernels problems run as they are: secret seeds in place of the declared
+ones, output buffers poisoned, the other inputs checked, check_implementation in the judge
+beside krung's metrics, benchmarks ranked as task.yml says."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+import torch
+
+from krung.problem.gpumode import Sizes, _outcome, shared_modules, support_dirs
+from tests.conftest import GPUMODE, write
+
+CHECKS = "static,compile,run,correctness"  # enough for a version that fails
+
+
+def test_run_a_gpumode_problem_with_its_submission(krung):
+    result = krung("run", GPUMODE / "vectoradd_py", GPUMODE / "vectoradd_py" / "submission.py",
+                   "--json")
+    assert result.code == 0, result.stderr
+    run = result.json()
+    assert run["problem"] == "vectoradd_py" and run["ok"] is True
+    assert run["env"]["problem_format"] == "gpumode" and run["env"]["ranking_by"] == "geom"
+    rungs = {r["name"]: r for r in run["rungs"]}
+    correctness = rungs["correctness"]["figures"]
+    cases = [row["case"] for row in correctness["per_case"]]
+    assert cases[:4] == ["size=1", "size=127", "size=128", "size=129"]  # no declared seed
+    assert correctness["unseen_cases"] >= 1 and cases[-1].endswith("(unseen)")
+    bench = rungs["benchmark"]["figures"]
+    assert bench["ranking_by"] == "geom"
+    assert bench["score_us"] == pytest.approx(bench["geomean_us"])
+
+
+@pytest.mark.parametrize("problem, version, rung, error_type, words", [
+    # the last row of the output buffer is never written: the poison shows
+    ("vectoradd_py", "wrong_tail", "run", "NonFinite", "NaN/Inf"),
+    # writes its input a besides the output buffer
+    ("vectoradd_py", "wrong_writes_input", "run", "InputMutated", "input [0][0] was changed"),
+    # inside krung's float32 tolerance, outside the problem's own 1e-6
+    ("vectoradd_py", "wrong_close", "correctness", "Mismatch",
+     "the problem's own check failed: 1 mismatched elements"),
+    # a check that answers a bare False
+    ("rowsoftmax_py", "wrong_temperature", "correctness", "Mismatch",
+     "the problem's own check failed; first mismatch at"),
+    # reads the column-major input as row-major (the layout travels with the data)
+    ("matmul_py", "wrong_row_major", "correctness", "Mismatch", "mismatched elements"),
+])
+def test_wrong_submissions_fail_where_they_are_wrong(krung, problem, version, rung, error_type,
+                                                    words):
+    result = krung("run", GPUMODE / problem, GPUMODE / problem / "solutions" / f"{version}.py",
+                   "--rungs", CHECKS, "--json")
+    assert result.code == 1, result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    assert (failed["name"], failed["error_type"]) == (rung, error_type)
+    assert words in failed["error"]
+
+
+def test_a_patched_check_in_the_version_changes_nothing(krung):
+    """The version imports reference.py under a disguised name and makes its
+    check_implementation accept anything; the judge runs its own copy, and the output buffer
+    it returns unwritten holds the poison."""
+    cheat = GPUMODE / "vectoradd_py" / "solutions" / "cheat_patch_check.py"
+    result = krung("run", GPUMODE / "vectoradd_py", cheat, "--rungs", CHECKS, "--json")
+    assert result.code == 1
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    assert rungs["static"]["status"] == "ok"  # the disguise gets past the source check
+    assert rungs["run"]["error_type"] == "NonFinite"
+
+
+def test_importing_the_reference_is_refused_and_task_is_allowed(krung, version):
+    honest = version("honest", """
+        from task import input_t, output_t
+        def custom_kernel(data: input_t) -> output_t:
+            return data["x"]
+    """)
+    importer = version("importer", """
+        from reference import ref_kernel
+        def custom_kernel(data):
+            return ref_kernel(data)
+    """)
+    problem = GPUMODE / "rowsoftmax_py"
+    assert krung("run", problem, honest, "--rungs", "static").code == 0
+    refused = krung("run", problem, importer, "--rungs", "static", "--json")
+    assert refused.json()["rungs"][0]["error_type"] == "ImportsReference"
+
+
+def test_task_timeouts_cap_krungs(krung, tmp_path, version):
+    shutil.copytree(GPUMODE, tmp_path / "gm")
+    task = tmp_path / "gm" / "vectoradd_py" / "task.yml"
+    task.write_text(task.read_text().replace("test_timeout: 60", "test_timeout: 2"))
+    slow = version("slow", """
+        import time
+        def custom_kernel(data):
+            a, b, c = data
+            if a.numel() > 1:
+                time.sleep(30)
+            c.copy_(a + b)
+            return c
+    """)
+    result = krung("run", tmp_path / "gm" / "vectoradd_py", slow, "--rungs", CHECKS, "--json",
+                   timeout=120)
+    assert result.code == 1, result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    assert failed["error_type"] == "Timeout" and "within 2 s" in failed["error"]
+
+
+def test_broken_gpumode_problems_name_their_defects(krung, tmp_path, version):
+    shutil.copytree(GPUMODE, tmp_path / "gm")
+    folder = tmp_path / "gm" / "rowsoftmax_py"
+    reference = folder / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "torch.Generator(device=device()).manual_seed(seed)",
+        "torch.Generator(device=device()).manual_seed(7)"))
+    v = version("v", "def custom_kernel(data):\n    return data['x']\n")
+    result = krung("run", folder, v)
+    assert result.code == 2
+    assert "generate_input(**case) ignores its seed" in result.stderr
+    assert "seed a generator from the `seed` argument" in result.stderr
+
+    task = folder / "task.yml"
+    task.write_text(task.read_text().replace('ranking_by: "mean"', 'ranking_by: "best"')
+                    .replace("benchmarks:", "old_benchmarks:"))
+    result = krung("run", folder, v)
+    assert result.code == 2
+    assert "task.yml has no `benchmarks` list" in result.stderr
+    assert "ranking_by 'best' is not one of last, mean, geom" in result.stderr
+
+
+def test_unseen_sizes_keep_the_power_of_two_the_declared_ones_share():
+    declared = [{"m": 8, "n": 16, "k": 128, "heads": 4}, {"m": 40, "n": 24, "k": 256, "heads": 4},
+                {"m": 64, "n": 72, "k": 512, "heads": 4}]
+    sizes = Sizes(declared)
+    assert sizes.granules == {"m": 8, "n": 8, "k": 128}  # heads never varies: a constant
+    rng = random.Random(random.randrange(1 << 30))
+    for case in declared:
+        moved = sizes.derive(dict(case), rng)
+        assert moved is not None and moved != case and moved["heads"] == 4
+        assert moved["m"] % 8 == 0 and moved["n"] % 8 == 0 and moved["k"] % 128 == 0
+        assert moved["k"] % 256 != 0 or case["k"] <= 128  # an odd multiple where one is near
+    odd = Sizes([{"size": 127}, {"size": 128}])
+    assert odd.granules == {"size": 1}
+
+
+def test_check_answers_in_every_shape_gpu_mode_uses():
+    assert _outcome((True, "")) == (True, "")
+    assert _outcome((False, "3 mismatched")) == (False, "3 mismatched")
+    assert _outcome(False) == (False, "")
+    assert _outcome(torch.tensor(True)) == (True, "")
+    assert _outcome("") == (True, "")
+    assert _outcome("mismatch at 3") == (False, "mismatch at 3")
+    assert _outcome(["ERROR AT (0,)", "ERROR AT (1,)"]) == (False, "ERROR AT (0,) ERROR AT (1,)")
+    assert _outcome([]) == (True, "")
+    assert _outcome(None) == (True, "")
+
+
+def test_files_task_yml_brings_from_elsewhere_are_importable(tmp_path):
+    task = {"files": [{"name": "submission.py", "source": "@SUBMISSION@"},
+                      {"name": "task.py", "source": "task.py"},
+                      {"name": "utils.py", "source": "../utils.py"},
+                      {"name": "reference.py", "source": "reference.py"},
+                      {"name": "eval.py", "source": "../eval.py"}]}
+    folder = tmp_path / "p" / "x_py"
+    for path in (folder / "task.py", tmp_path / "p" / "utils.py", folder / "reference.py"):
+        write(path, "\n")
+    assert support_dirs(folder, task) == [folder.resolve(), (tmp_path / "p").resolve()]
+    assert shared_modules(folder, task) == ["task", "utils"]  # not reference, eval, submission
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", ["vectoradd_py", "rowsoftmax_py", "matmul_py"])
+def test_gpu_gpumode_submissions_pass(krung, problem):
+    """Data made on the GPU travels by CUDA IPC: tuples, dicts, the column-major input of
+    matmul (its submission refuses any other layout), the output buffer of vectoradd."""
+    result = krung("run", GPUMODE / problem, GPUMODE / problem / "submission.py", "--device",
+                   "cuda", "--json")
+    assert result.code == 0, result.stderr
+    run = result.json()
+    assert run["env"]["device"] == "cuda"
+    bench = {r["name"]: r for r in run["rungs"]}["benchmark"]["figures"]
+    assert bench["timer"] in ("cupti", "events") and bench["score_us"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version, rung, error_type", [
+    ("wrong_tail", "run", "NonFinite"),
+    ("wrong_writes_input", "run", "InputMutated"),
+    ("cheat_patch_check", "run", "NonFinite"),
+])
+def test_gpu_gpumode_poisoned_buffers_and_input_checks(krung, version, rung, error_type):
+    result = krung("run", GPUMODE / "vectoradd_py",
+                   GPUMODE / "vectoradd_py" / "solutions" / f"{version}.py", "--device", "cuda",
+                   "--rungs", CHECKS, "--json")
+    assert result.code == 1, result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    assert (failed["name"], failed["error_type"]) == (rung, error_type)

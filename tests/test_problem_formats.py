@@ -1,0 +1,94 @@
+"""Which format a problem is in, found from its files without importing anything; the error
+when it is in none; listing and describing problems of every format."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import krung
+from krung.problem import detect_format, find_problem, problem_name
+from tests.conftest import GPUMODE, KERNELBENCH, PROBLEMS, write
+
+
+def test_each_format_is_detected_by_its_files():
+    before = set(sys.modules)
+    assert detect_format(find_problem(KERNELBENCH / "1_ReLU.py")) == "kernelbench"
+    assert detect_format(find_problem(GPUMODE / "vectoradd_py")) == "gpumode"
+    assert find_problem(GPUMODE / "vectoradd_py" / "task.yml") == (GPUMODE / "vectoradd_py")
+    assert detect_format(find_problem(PROBLEMS / "softmax")) == "native"
+    assert detect_format(find_problem("softmax")) == "native"
+    assert problem_name(find_problem(KERNELBENCH / "3_Linear.py")) == "3_Linear"
+    assert problem_name(find_problem(GPUMODE / "matmul_py")) == "matmul_py"
+    assert "torch" not in set(sys.modules) - before  # parsed, never imported
+
+
+def test_a_file_in_no_format_names_what_was_looked_for(tmp_path):
+    almost = write(tmp_path / "almost.py", """
+        import torch
+        class Model(torch.nn.Module):
+            pass
+        def get_inputs():
+            return [torch.randn(3)]
+    """)
+    with pytest.raises(krung.UsageError) as caught:
+        find_problem(almost)
+    assert "no `def get_init_inputs` at module level" in caught.value.message
+    assert "GPU MODE: a directory holding reference.py and task.yml" in caught.value.hint
+    assert "problem.py" in caught.value.hint
+
+    write(tmp_path / "half" / "reference.py", "def ref_kernel(data):\n    return data\n")
+    with pytest.raises(krung.UsageError, match=r"has reference\.py but not the other") as caught:
+        find_problem(tmp_path / "half")
+    assert "KernelBench: a .py file defining `class Model`" in caught.value.hint
+
+    notes = write(tmp_path / "notes.txt", "not a problem\n")
+    with pytest.raises(krung.UsageError, match="not a KernelBench problem file"):
+        find_problem(notes)
+
+
+def test_the_command_reports_a_path_in_no_format(krung, tmp_path, version):
+    write(tmp_path / "empty_dir" / "README.md", "nothing here\n")
+    result = krung("run", tmp_path / "empty_dir", version("v", "def kernel(x):\n    return x\n"))
+    assert result.code == 2
+    assert "UsageError:" in result.stderr and "is not a problem directory" in result.stderr
+    assert "hint: looked for krung's format" in result.stderr
+
+
+def test_problems_of_every_format_are_listed(tmp_path):
+    import shutil
+
+    shutil.copytree(GPUMODE, tmp_path / "gpumode")
+    # a KernelBench file beside a helper that only looks like one
+    write(tmp_path / "kb" / "helpers.py", "def get_init_inputs():\n    return []\n")
+    shutil.copy(KERNELBENCH / "2_RowSoftmax.py", tmp_path / "kb" / "2_RowSoftmax.py")
+    found = {p["name"]: p for p in krung.list_problems(tmp_path) if not p["builtin"]}
+    assert {n: p["format"] for n, p in found.items()} == {
+        "matmul_py": "gpumode", "rowsoftmax_py": "gpumode", "vectoradd_py": "gpumode",
+        "2_RowSoftmax": "kernelbench"}
+    assert found["vectoradd_py"]["description"].startswith("Add two float32 matrices")
+    assert found["2_RowSoftmax"]["description"].startswith("Softmax over the last dimension")
+
+
+def test_describe_a_kernelbench_problem():
+    about = krung.describe_problem(KERNELBENCH / "3_Linear.py")
+    assert about["format"] == "kernelbench" and about["name"] == "3_Linear"
+    assert "class ModelNew(torch.nn.Module)" in about["entry_point"]
+    assert about["reference"]["parameters"] == ["x"]
+    assert "self.linear = nn.Linear" in about["reference"]["source"]
+    assert about["test_cases"][0]["case"] == {"batch_size": 24, "dtype": "float32"}
+    assert about["example"]["inputs"][0]["shape"] == [24, 64]
+    assert about["tolerance"]["by_dtype"]["float32"]["atol"] == 1e-4
+
+
+def test_describe_a_gpumode_problem():
+    about = krung.describe_problem(GPUMODE / "rowsoftmax_py")
+    assert about["format"] == "gpumode" and about["ranking_by"] == "mean"
+    assert "def custom_kernel(data)" in about["entry_point"]
+    assert about["problem_file"].endswith("rowsoftmax_py/reference.py")
+    assert about["test_cases"][0]["case"] == {"rows": 1, "cols": 7}  # krung draws the seed
+    data = about["example"]["inputs"][0]
+    assert data["type"] == "dict" and data["items"]["x"]["shape"] == [1, 7]
+    assert data["items"]["temperature"] == {"type": "float", "value": "0.75"}
+    assert "the problem's own check decides" in about["tolerance"]["rule"]

@@ -1,0 +1,99 @@
+"""`krung suite`: every problem with a solution, scored the way KernelBench scores."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+
+from krung.suite import find_pairs, scores
+from tests.conftest import GPUMODE, KERNELBENCH
+
+
+def test_scores_follow_kernelbench_definitions():
+    correct = [True, True, True, False, True]
+    speedups = [0.5, 1.5, 2.5, 3.0, None]  # the wrong one's speed counts for nothing
+    got = scores(correct, speedups)
+    assert got["problems"] == 5 and got["correct"] == 4
+    assert got["correctness"] == pytest.approx(0.8)
+    assert got["fast_0"] == pytest.approx(3 / 5)  # correct and timed
+    assert got["fast_1"] == pytest.approx(2 / 5)  # correct and faster than the reference
+    assert got["fast_2"] == pytest.approx(1 / 5)
+    assert got["geomean_speedup"] == pytest.approx(math.exp(
+        (math.log(0.5) + math.log(1.5) + math.log(2.5)) / 3))
+    untimed = scores(correct, [None] * 5, timed=False)
+    assert untimed["correctness"] == pytest.approx(0.8)
+    assert untimed["fast_1"] is None and untimed["geomean_speedup"] is None
+    assert scores([], [])["correctness"] is None
+
+
+def test_problems_and_solutions_are_matched_by_name(tmp_path):
+    solutions = tmp_path / "sol"
+    solutions.mkdir()
+    for name in ("1_ReLU", "4_LayerNorm", "99_Nothing"):
+        (solutions / f"{name}.py").write_text("\n")
+    pairs, without_solution, without_problem = find_pairs(KERNELBENCH, solutions)
+    assert [(p.name, s.name) for p, s in pairs] == [("1_ReLU.py", "1_ReLU.py"),
+                                                   ("4_LayerNorm.py", "4_LayerNorm.py")]
+    assert without_solution == ["2_RowSoftmax", "3_Linear"]
+    assert without_problem == ["99_Nothing"]
+
+
+def test_kernelbench_suite_all_right(krung):
+    result = krung("suite", KERNELBENCH, "--solutions", KERNELBENCH / "solutions", "--json",
+                   timeout=900)
+    assert result.code == 0, result.stderr
+    suite = result.json()
+    assert [p["problem"] for p in suite["problems"]] == ["1_ReLU", "2_RowSoftmax", "3_Linear",
+                                                         "4_LayerNorm"]
+    assert all(p["correct"] and p["run_id"] and p["speedup"] > 0 for p in suite["problems"])
+    assert suite["scores"]["correctness"] == 1.0 and suite["scores"]["fast_0"] == 1.0
+    faster = sum(p["speedup"] > 1 for p in suite["problems"]) / 4
+    assert suite["scores"]["fast_1"] == pytest.approx(faster)
+    shown = krung("show", suite["problems"][2]["run_id"], "--json")
+    assert shown.json()["problem"] == "3_Linear"  # each pair is an ordinary recorded run
+
+
+def test_kernelbench_suite_mixed_prints_the_table_and_scores(krung, tmp_path):
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(KERNELBENCH / "solutions" / "2_RowSoftmax.py", mixed)
+    shutil.copy(KERNELBENCH / "wrong" / "4_LayerNorm.py", mixed)
+    shutil.copy(KERNELBENCH / "wrong" / "3_Linear.py", mixed)
+    result = krung("suite", KERNELBENCH, "--solutions", mixed, "--precision", "fp32",
+                   timeout=900)
+    assert result.code == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:3] == ["2_RowSoftmax: ok", "3_Linear: compile: ParameterMismatch",
+                         "4_LayerNorm: correctness: Mismatch"]
+    text = result.stdout
+    assert "KernelBench scores over 3 problem(s) with a solution, precision fp32:" in text
+    assert "correctness 1/3 = 0.3333" in text
+    assert "fast_0 0.3333" in text
+    assert "no solution for: 1_ReLU" in text
+
+
+def test_gpumode_suite_with_solutions_named_by_directory(krung, tmp_path):
+    solutions = tmp_path / "sol"
+    solutions.mkdir()
+    shutil.copy(GPUMODE / "matmul_py" / "submission.py", solutions / "matmul_py.py")
+    shutil.copy(GPUMODE / "rowsoftmax_py" / "solutions" / "wrong_temperature.py",
+                solutions / "rowsoftmax_py.py")
+    result = krung("suite", GPUMODE, "--solutions", solutions, "--json", timeout=900)
+    assert result.code == 1, result.stderr
+    suite = result.json()
+    verdicts = {p["problem"]: (p["format"], p["correct"]) for p in suite["problems"]}
+    assert verdicts == {"matmul_py": ("gpumode", True), "rowsoftmax_py": ("gpumode", False)}
+    assert suite["scores"]["correctness"] == 0.5
+    assert suite["without_solution"] == ["vectoradd_py"]
+
+
+def test_a_suite_without_matches_is_a_usage_error(krung, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = krung("suite", KERNELBENCH, "--solutions", tmp_path / "empty")
+    assert result.code == 2
+    assert "no problem in" in result.stderr and "matched by name" in result.stderr
+    result = krung("suite", KERNELBENCH, "--solutions", KERNELBENCH / "solutions",
+                   "--precision", "fp64")
+    assert result.code == 2 and "fp64" in result.stderr

@@ -46,6 +46,9 @@ def verdict(run: Run) -> str:
     failed = [r.name for r in run.rungs if r.status is Status.FAILED]
     if failed:
         return f"FAILED  run {run.run_id}: {', '.join(failed)} failed"
+    if run.skipped:
+        names = ", ".join(r.name for r in run.skipped)
+        return f"OK  run {run.run_id}: no rung failed (skipped: {names})"
     return f"OK  run {run.run_id}: every rung passed"
 
 
@@ -138,7 +141,9 @@ def _agent_verdict(run: Run, failed: RungResult | None) -> str:
     if failed is not None:
         return f"FAILED at {failed.name}  {where}"
     if not run.ok:
-        return f"INCOMPLETE (no rung failed, some were skipped)  {where}"
+        return f"INCOMPLETE (no rung ran to the end)  {where}"
+    if run.skipped:
+        return f"OK (no rung failed; skipped: {', '.join(r.name for r in run.skipped)})  {where}"
     return f"OK (every rung passed)  {where}"
 
 

@@ -34,6 +34,9 @@ _SETTINGS = {
                                                       "there"),
     "sanitize": Setting("KRUNG_SANITIZE", "1 to run the version under compute-sanitizer in the "
                                           "determinism rung (GPU; slow)"),
+    "artifacts_arch": Setting("KRUNG_ARTIFACTS_ARCH", "GPU architecture the artifacts rung "
+                                                      "compiles for where no GPU is in use "
+                                                      "(auto: the GPU's, else sm_90a)"),
     "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
                                           "0 to copy them through host memory"),
 }
@@ -50,6 +53,7 @@ class Settings:
     cuda_ipc: bool = True
     sanitize: bool = False
     max_file_bytes: int = 1 << 30
+    artifacts_arch: str = "auto"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:

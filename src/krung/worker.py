@@ -77,6 +77,10 @@ class Worker:
             from krung.interpreter import fix_bfloat16
 
             fix_bfloat16()
+        if "triton" in sys.modules:  # note every kernel launch, for the artifacts rung
+            from krung.artifacts.launches import install
+
+            install()
         kernel = getattr(module, ENTRY_POINT, None)
         if not callable(kernel):
             return {"ok": False, "error": {
@@ -140,6 +144,19 @@ class Worker:
         return self.with_integrity({
             "ok": True, "samples": samples.to_json(), "outputs": [r["outputs"] for r in replies],
             "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"]})
+
+    def op_kernels(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The Triton kernels the version launched so far: under the interpreter, how each
+        launch was specialised; on a GPU, what each compiled to, written to `out_dir`."""
+        from krung.artifacts import launches
+
+        log = launches.current()
+        if log is None:
+            return {"ok": True, "launches": [], "compiled": []}
+        compiled = []
+        if request.get("out_dir") and log.compiled:
+            compiled = launches.dump_compiled(log, Path(request["out_dir"]))
+        return {"ok": True, "launches": list(log.described.values()), "compiled": compiled}
 
     def with_integrity(self, reply: dict[str, Any]) -> dict[str, Any]:
         """What the judge should know about the version's conduct besides its outputs."""

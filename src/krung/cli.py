@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import cli_workspace, display, report
+from krung import cli_artifacts, cli_workspace, display, report
 from krung.scaffold import scaffold
 from krung.store import summary_of
 
@@ -269,6 +269,10 @@ def _brief(run: krung.Run) -> dict[str, Any]:
     return {"run_id": run.run_id, "problem": run.problem, "solution": run.solution,
             "device": run.device, "ok": run.ok, "started_at": run.started_at}
 
+
+# What the compiler made of a run's kernels, and two runs compared (cli_artifacts.py).
+app.command()(cli_artifacts.artifacts)
+app.command()(cli_artifacts.diff)
 
 # Working in a workspace: `krung init`, `krung watch`, `krung context ...` (cli_workspace.py).
 app.command()(cli_workspace.init)

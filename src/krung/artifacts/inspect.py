@@ -26,12 +26,13 @@ def inspect(record: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
     are added to the record's `files`."""
     folder = out_dir / record["kernel"]
     files = record.setdefault("files", {})
-    stem = record["specialisation"]
+    stem = record.get("specialisation") or "-"
     base = {"kernel": record["kernel"], "specialisation": stem, "dsl": record.get("dsl"),
             "launches": record.get("launches")}
     if record.get("error"):
         return [{**base, "error": record["error"],
-                 "error_kind": record.get("error_kind", "compile")}]
+                 "error_kind": record.get("error_kind", "compile"),
+                 **{k: record[k] for k in ("location", "details") if record.get(k)}}]
     cubin = folder / files["cubin"] if "cubin" in files else None
     if cubin is None or not cubin.is_file():
         return [{**base, "error": "no cubin was produced"}]
@@ -57,7 +58,9 @@ def inspect(record: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
         row: dict[str, Any] = {**base, "function": tools.short_name(readable[symbol]),
                                "symbol": symbol}
         row.update(report.get(symbol, {}))
-        row.update(usage.get(symbol, {}))  # the cubin's own figures win over the report's
+        row.update(usage.get(symbol, {}))  # the cubin's own figures win over the report's,
+        if "static_smem_bytes" in report.get(symbol, {}):  # but its SHARED counts the 1 KiB
+            row["static_smem_bytes"] = report[symbol]["static_smem_bytes"]  # reserved too
         dynamic = record.get("shared") if record.get("dsl") == "triton" else None
         row["dynamic_smem_bytes"] = dynamic
         threads = (record.get("threads_per_block") or ntid.get(symbol)

@@ -44,15 +44,26 @@ class TritonBackend:
             try:
                 records.append(compile_launch(launch, target, out_dir))
             except Exception as exc:  # one kernel that will not compile must not hide others
-                records.append({"kernel": launch["name"], "dsl": "triton",
-                                "error": f"{type(exc).__name__}: {exc}"[:4000],
-                                "launches": launch.get("launches")})
+                records.append(_failed(launch, exc, Path(request["version"])))
         if len(launches) > MAX_COMPILED:
             records.append({"kernel": "triton", "dsl": "triton", "error_kind": "not_compiled",
                             "specialisation": "-",
                             "error": f"{len(launches) - MAX_COMPILED} more specialisations "
                                      f"were launched; the first {MAX_COMPILED} were compiled"})
         return records
+
+
+def _failed(launch: dict[str, Any], exc: Exception, version: Path) -> dict[str, Any]:
+    """A launch that did not compile, explained with the version's own line."""
+    from krung.explain import explain
+
+    info = explain(exc, version, "call")
+    kind = "unsupported" if isinstance(exc, (LookupError, TypeError)) and \
+        "rebuilt" in str(exc) or isinstance(exc, LookupError) else "compile"
+    return {"kernel": launch["name"], "dsl": "triton", "specialisation": "-",
+            "error": f"{info['type']}: {info['message']}"[:4000], "error_kind": kind,
+            "location": info.get("location"), "details": info.get("details"),
+            "launches": launch.get("launches")}
 
 
 def compile_launch(launch: dict[str, Any], target: Target, out_dir: Path) -> dict[str, Any]:

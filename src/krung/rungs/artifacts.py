@@ -34,7 +34,7 @@ ROW_KEYS = ("kernel", "function", "specialisation", "dsl", "registers", "static_
             "dynamic_smem_bytes", "stack_bytes", "local_bytes", "spill_store_bytes",
             "spill_load_bytes", "spills", "threads_per_block", "occupancy", "blocks_per_sm",
             "warps_per_sm", "limited_by", "warps_by_registers", "launches", "highlights",
-            "sass", "files", "notes", "error")
+            "sass", "files", "notes", "error", "error_kind", "location")
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -74,7 +74,8 @@ def run(ctx: Context) -> dict[str, Any]:
             "the kernel runs (under Triton's interpreter, or not at all on this machine) but "
             "its compiler rejects it: fix the error in the details; the interpreter accepts "
             "code the compiler does not",
-            details=first["error"], figures=figures)
+            location=first.get("location"), details=first.get("details") or first["error"],
+            figures=figures)
     return figures
 
 
@@ -133,10 +134,6 @@ def _build(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     nvcc_missing = [r for r in records if "nvcc is not on PATH" in str(r.get("error"))]
     if nvcc_missing and len(nvcc_missing) == len(records):
         raise RungSkipped(nvcc_missing[0]["error"])
-    for record in records:  # kinds of error that are not the kernel's fault
-        error = str(record.get("error") or "")
-        if error.startswith(("TypeError: an argument", "LookupError")):
-            record["error_kind"] = "unsupported"
     return records
 
 

@@ -14,6 +14,7 @@ Stdlib only at import: this module loads into the lean worker.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -44,7 +45,7 @@ class LaunchLog:
     def note_interpreted(self, fn: Any, args: tuple, kwargs: dict, grid: Any) -> None:
         names, constexprs = _parameters(fn)
         described = [describe(value, name in constexprs)
-                     for name, value in zip(names, args)]
+                     for name, value in zip(names, args, strict=False)]
         options = {}
         for key, value in kwargs.items():
             if key in names:
@@ -78,10 +79,8 @@ def install() -> LaunchLog:
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = original_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         if kernel is not None:
-            try:
+            with contextlib.suppress(Exception):  # noting is best effort: the launch goes on
                 log.note_compiled(self, kernel)
-            except Exception:  # noting is best effort: the launch itself must go on
-                pass
         return kernel
 
     original_interpreted = interpreter.InterpretedFunction.run
@@ -89,10 +88,8 @@ def install() -> LaunchLog:
     @functools.wraps(original_interpreted)
     def run_interpreted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         if not warmup:
-            try:
+            with contextlib.suppress(Exception):  # as above
                 log.note_interpreted(self.fn, args, kwargs, grid)
-            except Exception:  # as above
-                pass
         return original_interpreted(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     jit.JITFunction.run = run
@@ -151,7 +148,7 @@ def _parameters(fn: Any) -> tuple[list[str], set[str]]:
 def _grid(grid: Any, args: tuple, names: list[str]) -> list[int] | None:
     try:
         if callable(grid):
-            grid = grid(dict(zip(names, args)))
+            grid = grid(dict(zip(names, args, strict=False)))
         return [int(g) for g in grid]
     except Exception:  # a grid callable that needs the autotuner's meta-parameters
         return None

@@ -58,8 +58,9 @@ def _failed(launch: dict[str, Any], exc: Exception, version: Path) -> dict[str, 
     from krung.explain import explain
 
     info = explain(exc, version, "call")
-    kind = "unsupported" if isinstance(exc, (LookupError, TypeError)) and \
-        "rebuilt" in str(exc) or isinstance(exc, LookupError) else "compile"
+    unsupported = isinstance(exc, LookupError) or (
+        isinstance(exc, TypeError) and "cannot be rebuilt" in str(exc))
+    kind = "unsupported" if unsupported else "compile"
     return {"kernel": launch["name"], "dsl": "triton", "specialisation": "-",
             "error": f"{info['type']}: {info['message']}"[:4000], "error_kind": kind,
             "location": info.get("location"), "details": info.get("details"),

@@ -127,7 +127,7 @@ def summarise_action(action: Any) -> dict[str, Any]:
     stalls = []
     for name in names:
         match = _STALL.match(name)
-        if match and match.group(1) not in ("selected",):
+        if match and match.group(1) != "selected" and "not_issued" not in name:
             value = _value(action.metric_by_name(name))
             if value:
                 stalls.append((value, match.group(1)))
@@ -141,11 +141,10 @@ def summarise_action(action: Any) -> dict[str, Any]:
 def _value(metric: Any) -> Any:
     if metric is None:
         return None
-    try:
-        value = metric.as_double()
-    except Exception:  # a string metric
-        return metric.as_string()
-    return int(value) if float(value).is_integer() and abs(value) < 2**53 else value
+    value = metric.value() if hasattr(metric, "value") else metric.as_double()
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
 
 
 def _findings(action: Any) -> list[str]:

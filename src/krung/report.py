@@ -125,6 +125,8 @@ def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
         body += _indented((failed.details or "").rstrip().splitlines())
     body += _correctness_lines(run.rung("correctness"))
     body += _benchmark_lines(run.rung("benchmark"))
+    body += _artifact_lines(run.rung("artifacts"))
+    body += _profile_lines(run.rung("profile"))
     tail = [f"next: {_next_step(run, failed)}"]
     room = max(max_lines - len(head) - len(tail), 0)
     if len(body) > room:
@@ -196,6 +198,47 @@ def _correctness_lines(rung: RungResult | None) -> list[str]:
     return [text]
 
 
+def _artifact_lines(rung: RungResult | None) -> list[str]:
+    """One line per compiled kernel: resources, occupancy and the instruction highlights."""
+    if rung is None or rung.status is Status.SKIPPED:
+        return []
+    rows = [r for r in rung.figures.get("per_kernel") or [] if not r.get("error")]
+    if not rows:
+        return []
+    lines = [f"artifacts ({rung.figures.get('source')}; `krung artifacts RUN --kind sass`):"]
+    for row in rows[:AGENT_CASES]:
+        name = row["kernel"] if row.get("function") in (None, row["kernel"]) else \
+            f"{row['kernel']}:{row['function']}"
+        occupancy = (f", occupancy {format_value(row['occupancy'])} ({row.get('limited_by')})"
+                     if row.get("occupancy") is not None else "")
+        spills = ", SPILLS" if row.get("spills") else ""
+        lines.append(f"  {name} [{row.get('specialisation')}]: {row.get('registers')} regs, "
+                     f"smem {row.get('static_smem_bytes', 0) + (row.get('dynamic_smem_bytes') or 0)}"
+                     f" B{occupancy}{spills}; {row.get('highlights') or '-'}")
+    if len(rows) > AGENT_CASES:
+        lines.append(f"  ... {len(rows) - AGENT_CASES} more kernel(s)")
+    return lines
+
+
+def _profile_lines(rung: RungResult | None) -> list[str]:
+    """Per profiled kernel: time, throughput, DRAM traffic, occupancy, stalls, findings."""
+    if rung is None or not rung.ok:
+        return []
+    lines = []
+    for row in (rung.figures.get("per_kernel") or [])[:AGENT_CASES]:
+        stalls = ", ".join(s["reason"] for s in row.get("top_stalls") or [])
+        lines.append(
+            f"profile {row.get('kernel')}: {format_value((row.get('duration_ns') or 0) / 1e3)} us"
+            f", compute {format_value(row.get('compute_pct'))}%, memory "
+            f"{format_value(row.get('memory_pct'))}% of peak, DRAM read "
+            f"{format_value(row.get('dram_read_bytes'))} B write "
+            f"{format_value(row.get('dram_write_bytes'))} B, occupancy "
+            f"{format_value(row.get('achieved_occupancy_pct'))}% of "
+            f"{format_value(row.get('theoretical_occupancy_pct'))}%; stalls: {stalls or '-'}")
+        lines += [f"  {finding}" for finding in (row.get("findings") or [])[:3]]
+    return lines
+
+
 def _benchmark_lines(rung: RungResult | None) -> list[str]:
     if rung is None or not rung.ok:
         return []
@@ -222,7 +265,9 @@ def _next_step(run: Run, failed: RungResult | None) -> str:
                 "the error repeats on a plain re-run, it is a krung bug")
     if failed is not None:
         return _next_for_failure(failed)
-    skipped = [r for r in run.rungs if r.status is Status.SKIPPED]
+    # A rung skipped for want of a GPU is no step to take; one skipped for a need is.
+    skipped = [r for r in run.rungs if r.status is Status.SKIPPED
+               and (r.reason or "").startswith("needs ")]
     if skipped:
         return f"{skipped[0].name} was skipped: {skipped[0].reason}"
     bench = run.rung("benchmark")

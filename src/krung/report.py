@@ -53,24 +53,31 @@ def verdict(run: Run) -> str:
 
 
 def case_table(result: RungResult) -> Table | None:
-    """The per-case figures of a rung (correctness, benchmark) as a table."""
-    rows = result.figures.get("per_case")
+    """The per-case figures of a rung (correctness, benchmark), or per kernel (artifacts),
+    as a table."""
+    per = "case" if result.figures.get("per_case") else "kernel"
+    rows = result.figures.get("per_case") or result.figures.get("per_kernel")
     if not rows:
         return None
     from rich.table import Table
 
     columns = _COLUMNS.get(result.name) or [k for k in rows[0] if k != "case"]
-    table = Table(title=f"{result.name} per case", title_justify="left", box=None,
+    table = Table(title=f"{result.name} per {per}", title_justify="left", box=None,
                   header_style="bold", pad_edge=False)
-    table.add_column("case")
+    table.add_column(per)
     for column in columns:
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="left" if column == "highlights" else "right")
     for row in rows:
-        table.add_row(str(row["case"]), *(format_value(row.get(c)) for c in columns))
+        label = row.get("case") or f"{row.get('kernel')} {row.get('specialisation', '')}"
+        table.add_row(str(label), *(format_value(row.get(c)) for c in columns))
     return table
 
 
 _COLUMNS = {
+    "artifacts": ["registers", "static_smem_bytes", "dynamic_smem_bytes", "spills", "occupancy",
+                  "limited_by", "highlights", "error"],
+    "profile": ["duration_ns", "compute_pct", "memory_pct", "dram_read_bytes",
+                "dram_write_bytes", "achieved_occupancy_pct", "theoretical_occupancy_pct"],
     "correctness": ["passed", "seeds", "max_abs_err", "max_rel_err", "psnr_db", "cossim",
                     "mismatches"],
     "benchmark": ["median_us", "p10_us", "p90_us", "ci_pct", "samples", "ref_median_us",

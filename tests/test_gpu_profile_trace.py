@@ -67,7 +67,8 @@ def test_profile_figures_match_ncus_own_csv(store, problem):
     assert len(rows) == len(kernels)
     for kernel, row in zip(kernels, rows, strict=True):
         for key, metric in COMPARED.items():
-            assert kernel[key] == pytest.approx(number(row[metric]), rel=1e-3), (key, row)
+            assert kernel[key] == pytest.approx(number(row[metric]), rel=2e-3, abs=0.01), \
+                (key, row)
 
 
 TRACED = '''

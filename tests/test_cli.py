@@ -15,8 +15,11 @@ def test_good_version_passes_every_rung(krung, scale_problem, version):
     run = result.json()
     assert run["ok"] is True
     assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
-                                                 "determinism", "benchmark"]
-    assert all(r["status"] == "ok" for r in run["rungs"])
+                                                 "determinism", "benchmark", "artifacts",
+                                                 "profile"]
+    assert all(r["status"] == "ok" for r in run["rungs"][:-1])
+    # No GPU here: the profiler is skipped, which does not fail the run (exit status 0).
+    assert run["rungs"][-1]["status"] == "skipped" and "GPU" in run["rungs"][-1]["reason"]
     correctness = run["rungs"][3]["figures"]
     for key in ("max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db", "cossim"):
         assert key in correctness

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import cli_suite, cli_workspace, display, report
+from krung import cli_artifacts, cli_suite, cli_workspace, display, report
 from krung.scaffold import scaffold
 from krung.store import summary_of
 
@@ -280,6 +280,10 @@ def _brief(run: krung.Run) -> dict[str, Any]:
 
 # Suites of problems in other formats, scored as KernelBench scores them (cli_suite.py).
 app.command()(cli_suite.suite)
+
+# What the compiler made of a run's kernels, and two runs compared (cli_artifacts.py).
+app.command()(cli_artifacts.artifacts)
+app.command()(cli_artifacts.diff)
 
 # Working in a workspace: `krung init`, `krung watch`, `krung context ...` (cli_workspace.py).
 app.command()(cli_workspace.init)

@@ -1,5 +1,5 @@
 """Two runs side by side: what changed in the version's source, and what that did to the
-figures of each rung.
+figures of each rung and to the code its compiler made (krung.kernel_diff).
 
 Deltas are `b - a` and ratios `b / a`, so with `a` the older run a time ratio below 1 means
 `b` is faster.
@@ -11,6 +11,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
+from krung.kernel_diff import kernel_diffs
 from krung.results import Run, RungResult
 from krung.store import Store, opened
 
@@ -23,11 +24,18 @@ MAX_DIFF_LINES = 400
 
 
 def diff_runs(run_a: str, run_b: str, *, context: int = 3,
-              store: str | Path | Store | None = None) -> dict[str, Any]:
-    """Compare two runs (ids or unique prefixes): source diff and figure deltas per rung."""
+              store: str | Path | Store | None = None, kinds: tuple[str, ...] = ("sass",),
+              kernel: str | None = None) -> dict[str, Any]:
+    """Compare two runs (ids or unique prefixes): source diff and figure deltas per rung,
+    and per kernel both captured (artifacts rung) the deltas of its figures and the diff of
+    its `kinds` of code (sass, ptx, ttir, ttgir, llir)."""
     with opened(store) as db:
         a, b = db.get(run_a), db.get(run_b)
-    return compare(a, b, context)
+        folders = (db.artifacts_dir(a.run_id, create=False),
+                   db.artifacts_dir(b.run_id, create=False))
+    result = compare(a, b, context)
+    result["kernels"] = kernel_diffs(a, b, folders, kinds, kernel, context)
+    return result
 
 
 def compare(a: Run, b: Run, context: int = 3) -> dict[str, Any]:

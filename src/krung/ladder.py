@@ -34,9 +34,11 @@ if TYPE_CHECKING:
     from krung.settings import Settings
     from krung.solution import Solution
 
-# The implemented rungs, in the order they run.
-RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark")
-DEFAULT_LADDER = RUNGS
+# The implemented rungs, in the order they run. `trace` is only on request: it needs a
+# kernel instrumented with krung.trace.
+RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark", "artifacts",
+         "profile", "trace")
+DEFAULT_LADDER = tuple(r for r in RUNGS if r != "trace")
 
 
 class RungSkipped(Exception):

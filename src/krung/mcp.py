@@ -44,9 +44,11 @@ A problem is what to compute (a reference, input sizes, a tolerance); a version 
 defining `kernel(*inputs)` with the reference's signature, in any DSL (Triton, CUDA through
 torch, plain torch...). The loop: list_problems -> describe_problem (signature, cases,
 tolerance) -> write a version -> evaluate (it climbs the rungs static, compile, run,
-correctness, benchmark and stops helping at the first failure: read its error, location and
-hint) -> fix or optimise -> evaluate again; history, show_run, diff_runs and get_artifact
-(worker.log holds the version's prints and crash stacks) look back at runs. A version runs in
+correctness, determinism, benchmark, artifacts (PTX/SASS, registers, spills, occupancy),
+profile (Nsight Compute, GPU only) and stops helping at the first failure: read its error,
+location and hint) -> fix or optimise -> evaluate again; history, show_run, diff_runs (source,
+figures, SASS) and get_artifact (worker.log holds the version's prints and crash stacks; sass,
+ptx, ttgir per kernel) look back at runs; profile runs Nsight Compute alone. A version runs in
 its own process, so a crash or a hang only fails its rung."""
 
 ProblemArg = Annotated[str, Field(description=(
@@ -215,15 +217,24 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         run_b: Annotated[str, Field(description="The second run: id or prefix.")],
         context_lines: Annotated[int, Field(ge=0, le=50, description=(
             "Lines of context around each change in the source diff."))] = 3,
+        code: Annotated[list[Literal["sass", "ptx", "ttir", "ttgir", "llir"]], Field(
+            description="Per kernel both runs captured (artifacts rung): the code to diff."
+        )] = ["sass"],  # noqa: B006 (the schema's default; never mutated)
+        kernel: Annotated[str | None, Field(description=(
+            "Only kernels whose name contains this."))] = None,
     ) -> CallToolResult:
         """Compare two runs: a one-line summary (verdicts, how much faster or slower), the
         unified diff of the two versions' sources, and per rung the statuses and the deltas
         of every numeric figure (correctness max_abs_err..., benchmark geomean_us, speedup),
         plus per case (correctness max_abs_err; benchmark median_us, speedup) as {a, b,
-        delta = b - a, ratio = b / a}."""
+        delta = b - a, ratio = b / a}; and per kernel captured by both runs' artifacts rung,
+        the deltas of its registers, shared memory, spills, occupancy and instruction counts
+        (HGMMA, FFMA, LDG.128...) and the unified diff of its SASS (or `code`), without
+        addresses."""
         with _explained():
             diff = await _in_thread(functools.partial(
-                krung.diff_runs, run_a, run_b, context=context_lines, store=db_path))
+                krung.diff_runs, run_a, run_b, context=context_lines, store=db_path,
+                kinds=tuple(code), kernel=kernel))
         return CallToolResult(content=[TextContent(type="text", text=_diff_text(diff)),
                                        _json_block(diff)], structured_content=diff)
 
@@ -237,19 +248,16 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         seed: SeedArg = None,
         device: DeviceArg = None,
     ) -> CallToolResult:
-        """Profile a version (Nsight Compute on a GPU): evaluate it with the profile rung and
-        return the run. Needs a krung with the profile rung; where it is missing this
-        returns an error saying so."""
+        """Profile a version with Nsight Compute on the GPU: evaluate it with the rungs
+        static, compile, run, correctness and profile, and return the run. The profile
+        rung's figures hold per kernel: duration_ns, compute_pct and memory_pct (% of peak),
+        dram_read_bytes and dram_write_bytes, achieved and theoretical occupancy, the top
+        stall reasons and ncu's rule findings; the .ncu-rep is in the run's folder
+        (get_artifact kind profile). Where there is no GPU or no ncu the rung is skipped and
+        its `reason` says why."""
         with _explained():
-            if "profile" not in krung.RUNGS:
-                raise ProfilerUnavailable(
-                    "the profiler rung is not available in this krung yet (its rungs: "
-                    f"{', '.join(krung.RUNGS)})",
-                    hint="use evaluate: its benchmark rung times every bench case "
-                         "(per_case median_us and speedup), and get_artifact lists the files "
-                         "a run left")
             path = _version(version_path, source, name, db_path)
-            rungs = list(krung.RUNGS[:krung.RUNGS.index("profile") + 1])
+            rungs = ["static", "compile", "run", "correctness", "profile"]
             report = _ProgressReporter(ctx, len(rungs))
             run = await _in_thread(functools.partial(
                 krung.evaluate, problem, path, rungs=rungs, device=device, seed=seed,
@@ -269,10 +277,6 @@ def serve(store: str | Path | None = None, http_port: int | None = None) -> None
 
 
 # What every tool shares.
-
-
-class ProfilerUnavailable(krung.KrungError):
-    """The profile tool was called on a krung without the profile rung."""
 
 
 @contextlib.contextmanager
@@ -398,6 +402,14 @@ def _diff_text(diff: dict[str, Any]) -> str:
         lines.append("same source")
     else:
         lines += ["", diff["source_diff"].rstrip("\n")]
+    for entry in diff.get("kernels", []):
+        if entry.get("only_in"):
+            lines.append(f"kernel {entry['kernel']}: only in run {entry['only_in']}")
+            continue
+        changed = ", ".join(f"{key} {_num(p['a'])} -> {_num(p['b'])}"
+                            for key, p in entry["figures"].items() if p["delta"])
+        lines.append(f"kernel {entry['kernel']} ({entry.get('function')}): "
+                     + (changed or "same figures"))
     return "\n".join(lines)
 
 

@@ -46,28 +46,38 @@ def verdict(run: Run) -> str:
     failed = [r.name for r in run.rungs if r.status is Status.FAILED]
     if failed:
         return f"FAILED  run {run.run_id}: {', '.join(failed)} failed"
+    if run.skipped:
+        names = ", ".join(r.name for r in run.skipped)
+        return f"OK  run {run.run_id}: no rung failed (skipped: {names})"
     return f"OK  run {run.run_id}: every rung passed"
 
 
 def case_table(result: RungResult) -> Table | None:
-    """The per-case figures of a rung (correctness, benchmark) as a table."""
-    rows = result.figures.get("per_case")
+    """The per-case figures of a rung (correctness, benchmark), or per kernel (artifacts),
+    as a table."""
+    per = "case" if result.figures.get("per_case") else "kernel"
+    rows = result.figures.get("per_case") or result.figures.get("per_kernel")
     if not rows:
         return None
     from rich.table import Table
 
     columns = _COLUMNS.get(result.name) or [k for k in rows[0] if k != "case"]
-    table = Table(title=f"{result.name} per case", title_justify="left", box=None,
+    table = Table(title=f"{result.name} per {per}", title_justify="left", box=None,
                   header_style="bold", pad_edge=False)
-    table.add_column("case")
+    table.add_column(per)
     for column in columns:
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="left" if column == "highlights" else "right")
     for row in rows:
-        table.add_row(str(row["case"]), *(format_value(row.get(c)) for c in columns))
+        label = row.get("case") or f"{row.get('kernel')} {row.get('specialisation', '')}"
+        table.add_row(str(label), *(format_value(row.get(c)) for c in columns))
     return table
 
 
 _COLUMNS = {
+    "artifacts": ["registers", "static_smem_bytes", "dynamic_smem_bytes", "spills", "occupancy",
+                  "limited_by", "highlights", "error"],
+    "profile": ["duration_ns", "compute_pct", "memory_pct", "dram_read_bytes",
+                "dram_write_bytes", "achieved_occupancy_pct", "theoretical_occupancy_pct"],
     "correctness": ["passed", "seeds", "max_abs_err", "max_rel_err", "psnr_db", "cossim",
                     "mismatches"],
     "benchmark": ["median_us", "p10_us", "p90_us", "ci_pct", "samples", "ref_median_us",
@@ -122,6 +132,8 @@ def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
         body += _indented((failed.details or "").rstrip().splitlines())
     body += _correctness_lines(run.rung("correctness"))
     body += _benchmark_lines(run.rung("benchmark"))
+    body += _artifact_lines(run.rung("artifacts"))
+    body += _profile_lines(run.rung("profile"))
     tail = [f"next: {_next_step(run, failed)}"]
     room = max(max_lines - len(head) - len(tail), 0)
     if len(body) > room:
@@ -138,7 +150,9 @@ def _agent_verdict(run: Run, failed: RungResult | None) -> str:
     if failed is not None:
         return f"FAILED at {failed.name}  {where}"
     if not run.ok:
-        return f"INCOMPLETE (no rung failed, some were skipped)  {where}"
+        return f"INCOMPLETE (no rung ran to the end)  {where}"
+    if run.skipped:
+        return f"OK (no rung failed; skipped: {', '.join(r.name for r in run.skipped)})  {where}"
     return f"OK (every rung passed)  {where}"
 
 
@@ -191,6 +205,47 @@ def _correctness_lines(rung: RungResult | None) -> list[str]:
     return [text]
 
 
+def _artifact_lines(rung: RungResult | None) -> list[str]:
+    """One line per compiled kernel: resources, occupancy and the instruction highlights."""
+    if rung is None or rung.status is Status.SKIPPED:
+        return []
+    rows = [r for r in rung.figures.get("per_kernel") or [] if not r.get("error")]
+    if not rows:
+        return []
+    lines = [f"artifacts ({rung.figures.get('source')}; `krung artifacts RUN --kind sass`):"]
+    for row in rows[:AGENT_CASES]:
+        name = row["kernel"] if row.get("function") in (None, row["kernel"]) else \
+            f"{row['kernel']}:{row['function']}"
+        occupancy = (f", occupancy {format_value(row['occupancy'])} ({row.get('limited_by')})"
+                     if row.get("occupancy") is not None else "")
+        spills = ", SPILLS" if row.get("spills") else ""
+        lines.append(f"  {name} [{row.get('specialisation')}]: {row.get('registers')} regs, "
+                     f"smem {row.get('static_smem_bytes', 0) + (row.get('dynamic_smem_bytes') or 0)}"
+                     f" B{occupancy}{spills}; {row.get('highlights') or '-'}")
+    if len(rows) > AGENT_CASES:
+        lines.append(f"  ... {len(rows) - AGENT_CASES} more kernel(s)")
+    return lines
+
+
+def _profile_lines(rung: RungResult | None) -> list[str]:
+    """Per profiled kernel: time, throughput, DRAM traffic, occupancy, stalls, findings."""
+    if rung is None or not rung.ok:
+        return []
+    lines = []
+    for row in (rung.figures.get("per_kernel") or [])[:AGENT_CASES]:
+        stalls = ", ".join(s["reason"] for s in row.get("top_stalls") or [])
+        lines.append(
+            f"profile {row.get('kernel')}: {format_value((row.get('duration_ns') or 0) / 1e3)} us"
+            f", compute {format_value(row.get('compute_pct'))}%, memory "
+            f"{format_value(row.get('memory_pct'))}% of peak, DRAM read "
+            f"{format_value(row.get('dram_read_bytes'))} B write "
+            f"{format_value(row.get('dram_write_bytes'))} B, occupancy "
+            f"{format_value(row.get('achieved_occupancy_pct'))}% of "
+            f"{format_value(row.get('theoretical_occupancy_pct'))}%; stalls: {stalls or '-'}")
+        lines += [f"  {finding}" for finding in (row.get("findings") or [])[:3]]
+    return lines
+
+
 def _benchmark_lines(rung: RungResult | None) -> list[str]:
     if rung is None or not rung.ok:
         return []
@@ -217,7 +272,9 @@ def _next_step(run: Run, failed: RungResult | None) -> str:
                 "the error repeats on a plain re-run, it is a krung bug")
     if failed is not None:
         return _next_for_failure(failed)
-    skipped = [r for r in run.rungs if r.status is Status.SKIPPED]
+    # A rung skipped for want of a GPU is no step to take; one skipped for a need is.
+    skipped = [r for r in run.rungs if r.status is Status.SKIPPED
+               and (r.reason or "").startswith("needs ")]
     if skipped:
         return f"{skipped[0].name} was skipped: {skipped[0].reason}"
     bench = run.rung("benchmark")

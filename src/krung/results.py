@@ -80,7 +80,14 @@ class Run:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and bool(self.rungs) and all(r.ok for r in self.rungs)
+        """No rung failed. A rung skipped because the machine cannot do it (no GPU for the
+        profiler) does not count against the version."""
+        return self.error is None and any(r.ok for r in self.rungs) and not any(
+            r.status is Status.FAILED for r in self.rungs)
+
+    @property
+    def skipped(self) -> list[RungResult]:
+        return [r for r in self.rungs if r.status is Status.SKIPPED]
 
     def rung(self, name: str) -> RungResult | None:
         return next((r for r in self.rungs if r.name == name), None)

@@ -23,7 +23,8 @@ _KIND_BY_SUFFIX = {
     ".llir": "llir", ".ll": "llir", ".mlir": "mlir", ".amdgcn": "amdgcn", ".hsaco": "hsaco",
     ".log": "log", ".ncu-rep": "profile", ".nsys-rep": "profile", ".qdrep": "profile",
     ".cu": "source", ".cuh": "source", ".cpp": "source", ".py": "source",
-    ".json": "json", ".csv": "csv", ".txt": "text",
+    ".json": "json", ".csv": "csv", ".txt": "text", ".ptxas": "ptxas",
+    ".figures.json": "figures", ".trace.json": "trace",
 }
 KINDS = tuple(sorted(set(_KIND_BY_SUFFIX.values()) | {"other"}))
 _BINARY_KINDS = {"cubin", "hsaco"}

@@ -34,6 +34,16 @@ _SETTINGS = {
                                                       "there"),
     "sanitize": Setting("KRUNG_SANITIZE", "1 to run the version under compute-sanitizer in the "
                                           "determinism rung (GPU; slow)"),
+    "artifacts_arch": Setting("KRUNG_ARTIFACTS_ARCH", "GPU architecture the artifacts rung "
+                                                      "compiles for where no GPU is in use "
+                                                      "(auto: the GPU's, else sm_90a)"),
+    "profile_clock_control": Setting("KRUNG_PROFILE_CLOCK_CONTROL", "ncu --clock-control in "
+                                                                    "the profile rung: none "
+                                                                    "(the GPU's own clocks) or "
+                                                                    "base (locked)"),
+    "profile_source_counters": Setting("KRUNG_PROFILE_SOURCE_COUNTERS", "1 to add ncu's "
+                                                                        "SourceCounters section "
+                                                                        "(slower)"),
     "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
                                           "0 to copy them through host memory"),
 }
@@ -50,6 +60,9 @@ class Settings:
     cuda_ipc: bool = True
     sanitize: bool = False
     max_file_bytes: int = 1 << 30
+    artifacts_arch: str = "auto"
+    profile_clock_control: str = "none"
+    profile_source_counters: bool = False
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -95,6 +108,9 @@ def _parse(name: str, source: str, raw: object) -> object:
             f"{source}={raw!r} is not a valid {kind}",
             hint=f"set {source} to a positive {kind} ({_SETTINGS[name].help})",
         ) from None
+    if name == "profile_clock_control" and raw not in ("none", "base"):
+        raise UsageError(f"{source}={raw!r} is not an ncu clock control",
+                         hint="use none (the GPU's own clocks) or base (locked base clocks)")
     if name == "device" and raw not in DEVICES:
         raise UsageError(f"{source}={raw!r} is not a device krung knows",
                          hint=f"use one of: {', '.join(DEVICES)}")

@@ -83,6 +83,10 @@ class Worker:
             from krung.interpreter import fix_bfloat16
 
             fix_bfloat16()
+        if "triton" in sys.modules:  # note every kernel launch, for the artifacts rung
+            from krung.artifacts.launches import install
+
+            install()
         try:
             self.kernel = resolve(module, entry, self.device)
         except EntryError as exc:
@@ -145,6 +149,54 @@ class Worker:
         return self.with_integrity({
             "ok": True, "samples": samples.to_json(), "outputs": [r["outputs"] for r in replies],
             "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"]})
+
+    def op_kernels(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The Triton kernels the version launched so far: under the interpreter, how each
+        launch was specialised; on a GPU, what each compiled to, written to `out_dir`."""
+        from krung.artifacts import launches
+
+        log = launches.current()
+        if log is None:
+            return {"ok": True, "launches": [], "compiled": []}
+        compiled = []
+        if request.get("out_dir") and log.compiled:
+            compiled = launches.dump_compiled(log, Path(request["out_dir"]))
+        return {"ok": True, "launches": list(log.described.values()), "compiled": compiled}
+
+    def op_trace(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run the version twice with krung.tracer on (the first call compiles the traced
+        kernels) and send back the second call's region records and its event time."""
+        import torch
+
+        from krung import tracer
+
+        inputs = self.to_device(request["inputs"])
+        tracer.begin(self.device)
+        self.kernel(*inputs)
+        self.synchronize()
+        tracer.begin(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.kernel(*inputs)
+        end.record()
+        self.synchronize()
+        return {"ok": True, "launches": tracer.end(), "call_us": start.elapsed_time(end) * 1e3}
+
+    def op_profile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Calls for a profiler to watch: warm-up calls outside, then `calls` calls inside
+        the NVTX range the profiler is told to include (krung.profile.NVTX_RANGE)."""
+        import torch
+
+        inputs = self.to_device(request["inputs"])
+        for _ in range(request.get("warmup", 1)):
+            self.kernel(*inputs)
+        self.synchronize()
+        for _ in range(request.get("calls", 1)):
+            torch.cuda.nvtx.range_push(request["range"])
+            self.kernel(*inputs)
+            torch.cuda.nvtx.range_pop()
+        self.synchronize()
+        return {"ok": True}
 
     def with_integrity(self, reply: dict[str, Any]) -> dict[str, Any]:
         """What the judge should know about the version's conduct besides its outputs."""

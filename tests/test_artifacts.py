@@ -1,0 +1,237 @@
+"""The artifacts rung on a machine without a GPU: Triton versions compiled for sm_90a
+(TTIR, TTGIR, LLIR, PTX, CUBIN, SASS) from what ran under the interpreter, a CUDA C++
+version through nvcc, figures parsed from the real files; and the commands that show and
+compare them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import krung
+from tests.conftest import PROBLEMS
+
+pytest.importorskip("triton")
+
+STAGES = ("ttir", "ttgir", "llir", "ptx", "cubin", "sass", "ptxas", "json")
+
+
+def artifacts_of(run: krung.Run) -> dict:
+    rung = run.rung("artifacts")
+    assert rung is not None and rung.ok, "\n".join(r.line() for r in run.rungs)
+    return rung.figures
+
+
+def test_triton_vector_add_gets_every_stage_for_sm90(store):
+    solution = PROBLEMS / "vector_add" / "solutions" / "triton_blocked.py"
+    run = krung.evaluate("vector_add", solution, store=store, device="cpu",
+                         rungs="static,compile,run,correctness,artifacts")
+    figures = artifacts_of(run)
+    assert figures["arch"] == "sm_90a" and figures["source"] == "compiled for sm_90a"
+    rows = figures["per_kernel"]
+    assert {r["kernel"] for r in rows} == {"add_kernel"}
+    # n=1 is specialised to a constant, others by divisibility by 16: several specialisations
+    assert figures["specialisations"] == len(rows) >= 2
+    folder = store.parent / "runs" / run.run_id
+    for row in rows:
+        assert row["specialisation"].startswith("BLOCK=1024_w4s3_")
+        assert set(STAGES) - {"json"} <= set(row["files"]), row["files"]
+        for name in row["files"].values():
+            assert (folder / name).is_file() and (folder / name).stat().st_size > 0
+        assert (folder / "artifacts" / "add_kernel" / f"{row['specialisation']}.json").is_file()
+        ptx = (folder / row["files"]["ptx"]).read_text()
+        assert ".target sm_90a" in ptx and ".entry add_kernel" in ptx
+        assert "LDG.E" in (folder / row["files"]["sass"]).read_text()
+        assert row["registers"] > 0 and row["threads_per_block"] == 128
+        assert row["spills"] is False and row["stack_bytes"] == 0
+        assert 0 < row["occupancy"] <= 1 and row["limited_by"]
+        assert row["sass"]["ldg"] and row["sass"]["stg"] and row["sass"]["instructions"] > 10
+        assert row["launches"] >= 1
+    # The aligned, divisible-by-16 case loads 4 floats a thread at once: LDG.E.128.
+    assert any(r["sass"]["ldg"].get("128") for r in rows), [r["sass"]["ldg"] for r in rows]
+
+
+def test_triton_matmul_uses_hopper_tensor_cores(store):
+    solution = PROBLEMS / "matmul" / "solutions" / "triton_grouped_tiles.py"
+    run = krung.evaluate("matmul", solution, store=store, device="cpu",
+                         rungs="static,compile,run,artifacts")
+    rows = artifacts_of(run)["per_kernel"]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["sass"]["tensor_core"].get("HGMMA", 0) > 0, row["highlights"]
+    assert "HGMMA" in row["highlights"]
+    assert row["threads_per_block"] == 256 and row["dynamic_smem_bytes"] > 0
+    assert row["limited_by"] and row["blocks_per_sm"] >= 1
+    assert artifacts_of(run)["tensor_core_instructions"] >= row["sass"]["tensor_core"]["HGMMA"]
+    ttgir = (store.parent / "runs" / run.run_id / row["files"]["ttgir"]).read_text()
+    assert "warp_group_dot" in ttgir or "wgmma" in ttgir
+
+
+def test_a_torch_version_has_no_kernels_to_inspect(store, scale_problem, version):
+    path = version("plain", "def kernel(x):\n    return x * 2 + 1\n")
+    run = krung.evaluate(scale_problem, path, store=store, device="cpu",
+                         rungs="static,compile,artifacts")
+    figures = artifacts_of(run)
+    assert figures["kernels"] == 0 and "no kernel to inspect" in figures["note"]
+
+
+NOT_FOR_THE_COMPILER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+def double(x):  # plain Python, not @triton.jit: the interpreter runs it, the compiler cannot
+    return x * 2
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, double(a + b) / 2, mask=mask)
+
+
+def kernel(a, b):
+    out = torch.empty_like(a)
+    add_kernel[(triton.cdiv(a.numel(), 256),)](a, b, out, a.numel(), BLOCK=256)
+    return out
+'''
+
+
+def test_a_kernel_only_the_interpreter_accepts_fails_the_rung(store, version):
+    run = krung.evaluate("vector_add", version("interp_only", NOT_FOR_THE_COMPILER),
+                         store=store, device="cpu", rungs="static,compile,run,artifacts")
+    assert run.rung("run").ok  # the interpreter runs it...
+    rung = run.rung("artifacts")
+    assert rung.status is krung.Status.FAILED  # ...the compiler does not
+    assert rung.error_type == "TargetCompileError"
+    assert "double" in rung.error and "sm_90a" in rung.error
+    assert "interpreter" in rung.hint
+
+
+CUDA_VERSION = r'''
+"""y = 2x + 1 in CUDA C++: float4 loads, a tile in shared memory, through load_inline."""
+import torch
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+__global__ void scale_kernel(const float4* __restrict__ x, float4* __restrict__ y, int n4) {
+    __shared__ float4 tile[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) tile[threadIdx.x] = x[i];
+    __syncthreads();
+    if (i < n4) {
+        float4 v = tile[threadIdx.x];
+        y[i] = make_float4(2.f * v.x + 1.f, 2.f * v.y + 1.f, 2.f * v.z + 1.f, 2.f * v.w + 1.f);
+    }
+}
+
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n4 = x.numel() / 4;
+    scale_kernel<<<(n4 + 255) / 256, 256>>>(
+        reinterpret_cast<const float4*>(x.data_ptr<float>()),
+        reinterpret_cast<float4*>(y.data_ptr<float>()), n4);
+    return y;
+}
+"""
+
+ext = load_inline("scale_ext", cpp_sources="torch::Tensor scale(torch::Tensor x);",
+                  cuda_sources=CUDA, functions=["scale"])
+
+
+def kernel(x):
+    return ext.scale(x)
+'''
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+def test_a_cuda_cpp_version_gets_ptx_cubin_and_sass_through_nvcc(store, scale_problem,
+                                                                  version):
+    run = krung.evaluate(scale_problem, version("cuda_v1", CUDA_VERSION), store=store,
+                         device="cpu", rungs="static,compile,artifacts")
+    figures = artifacts_of(run)  # even where the extension cannot be built (no GPU)
+    rows = figures["per_kernel"]
+    assert [(r["kernel"], r["function"]) for r in rows] == [("scale_ext", "scale_kernel")]
+    row = rows[0]
+    assert row["specialisation"] == "sm_90a" and row["dsl"] == "cuda"
+    folder = store.parent / "runs" / run.run_id
+    assert {"source", "ptx", "cubin", "ptxas", "sass"} <= set(row["files"])
+    assert ".entry _Z12scale_kernel" in (folder / row["files"]["ptx"]).read_text()
+    report = (folder / row["files"]["ptxas"]).read_text()
+    assert "Used" in report and "registers" in report
+    assert row["registers"] > 0 and row["static_smem_bytes"] == 256 * 16
+    assert row["sass"]["ldg"] == {"128": 1} and row["sass"]["stg"] == {"128": 1}
+    assert row["sass"]["bar"] >= 1 and row["sass"]["sts"] >= 1 and row["sass"]["lds"] >= 1
+    assert row["threads_per_block"] == 256  # from the <<<grid, 256>>> launch in the source
+    assert row["occupancy"] == 1.0 and row["blocks_per_sm"] == 8
+    figures_file = folder / "artifacts" / "scale_ext" / "sm_90a.figures.json"
+    assert json.loads(figures_file.read_text())[0]["registers"] == row["registers"]
+
+
+TRITON_ADD = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask),
+             mask=mask)
+
+
+def kernel(a, b):
+    out = torch.empty_like(a)
+    add_kernel[(triton.cdiv(a.numel(), BLOCK),)](a, b, out, a.numel(), BLOCK=BLOCK,
+                                                  num_warps=WARPS)
+    return out
+'''
+
+
+def test_artifacts_and_diff_commands(krung, tmp_path, version):
+    wide = version("wide", TRITON_ADD.replace("BLOCK=BLOCK", "BLOCK=1024")
+                   .replace("a.numel(), BLOCK)", "a.numel(), 1024)").replace("WARPS", "4"))
+    narrow = version("narrow", TRITON_ADD.replace("BLOCK=BLOCK", "BLOCK=64")
+                     .replace("a.numel(), BLOCK)", "a.numel(), 64)").replace("WARPS", "1"))
+    ids = []
+    for path in (wide, narrow):
+        result = krung("run", "vector_add", path, "--rungs", "static,compile,run,artifacts",
+                       "--json")
+        assert result.code == 0, result.stdout + result.stderr
+        ids.append(result.json()["run_id"])
+
+    listed = krung("artifacts", ids[0])
+    assert listed.code == 0, listed.stderr
+    assert "[artifacts] ok" in listed.stdout and "add_kernel" in listed.stdout
+    assert ".sass  (sass," in listed.stdout and ".ptx  (ptx," in listed.stdout
+
+    sass = krung("artifacts", ids[0], "--kind", "sass", "--kernel", "add_kernel")
+    if sass.code == 2:  # several specialisations: the message names them; pick one
+        assert "give the file's name" in sass.stderr
+        first = krung("artifacts", ids[0], "--json").json()["kernels"][0]
+        sass = krung("artifacts", ids[0], "--name", first["files"]["sass"])
+    assert sass.code == 0, sass.stderr
+    assert "Function : add_kernel" in sass.stdout and "EXIT" in sass.stdout
+
+    diff = krung("diff", ids[0], ids[1], "--kind", "sass", "--kind", "ptx")
+    assert diff.code == 0, diff.stderr
+    assert "-    add_kernel[(triton.cdiv(a.numel(), 1024),)]" in diff.stdout
+    assert "kernel add_kernel: BLOCK=1024_w4s3_" in diff.stdout
+    assert "threads_per_block 128 -> 32" in diff.stdout
+    assert "--- a/add_kernel.sass" in diff.stdout and "--- a/add_kernel.ptx" in diff.stdout
+
+    data = krung("diff", ids[0], ids[1], "--json").json()
+    kernel = data["kernels"][0]
+    assert kernel["figures"]["threads_per_block"] == {"a": 128, "b": 32, "delta": -96,
+                                                      "ratio": 0.25}
+    assert kernel["sass_diff"].startswith("--- a/add_kernel.sass")
+    assert not any(line[1:].lstrip().startswith("/*") for line in
+                   kernel["sass_diff"].splitlines() if line[:1] in "+-")  # no addresses

@@ -1,0 +1,150 @@
+"""On the GPU: the profile rung against Nsight Compute's own CSV for the same report, a
+traced kernel whose regions add up to its measured time, and artifacts taken from the kernels
+the GPU compiled."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+
+import pytest
+
+import krung
+from krung import profile
+from tests.conftest import PROBLEMS
+
+pytestmark = pytest.mark.gpu
+
+COMPARED = {  # summary figure -> ncu metric, as ncu --csv prints it for the same report
+    "duration_ns": "gpu__time_duration.sum",
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
+    "compute_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "registers": "launch__registers_per_thread",
+}
+
+
+def ncu_csv(ncu: str, report: str) -> list[dict[str, str]]:
+    done = subprocess.run([ncu, "--import", report, "--csv", "--page", "raw",
+                           "--print-units", "base", "--metrics", ",".join(COMPARED.values())],
+                          capture_output=True, text=True, timeout=300, check=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith('"')]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    return [r for r in rows if r.get("ID", "").strip().isdigit()]  # skip the units row
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@pytest.mark.parametrize("problem", ["vector_add", "softmax"])
+def test_profile_figures_match_ncus_own_csv(store, problem):
+    ncu = profile.find_ncu()
+    if ncu is None:
+        pytest.skip("ncu (Nsight Compute) is not installed")
+    solution = next((PROBLEMS / problem / "solutions").glob("triton*.py"))
+    run = krung.evaluate(problem, solution, store=store, device="cuda",
+                         rungs="static,compile,run,correctness,profile")
+    rung = run.rung("profile")
+    assert rung.ok, rung.line() + "\n" + (rung.hint or "") + "\n" + (rung.details or "")
+    figures = rung.figures
+    kernels = figures["per_kernel"]
+    print(json.dumps(figures, indent=1)[:4000])
+    assert figures["kernels"] == len(kernels) >= 1
+    assert all("krung" not in k["kernel"] for k in kernels)  # only the version's kernels
+    for kernel in kernels:
+        assert kernel["duration_ns"] > 0 and kernel["dram_read_bytes"] > 0
+        assert 0 <= kernel["compute_pct"] <= 100 and 0 <= kernel["memory_pct"] <= 100
+        assert 0 < kernel["achieved_occupancy_pct"] <= kernel["theoretical_occupancy_pct"] + 1
+        assert kernel["top_stalls"] and all(s["cycles_per_issue"] > 0
+                                            for s in kernel["top_stalls"])
+        assert isinstance(kernel["findings"], list)
+    report = store.parent / "runs" / run.run_id / figures["report"]
+    assert report.is_file()
+    rows = ncu_csv(ncu, str(report))
+    assert len(rows) == len(kernels)
+    for kernel, row in zip(kernels, rows, strict=True):
+        for key, metric in COMPARED.items():
+            assert kernel[key] == pytest.approx(number(row[metric]), rel=2e-3, abs=0.01), \
+                (key, row)
+
+
+TRACED = '''
+import torch
+import triton
+import triton.language as tl
+
+import krung.tracer as kt
+
+
+@triton.jit
+def busy_kernel(x_ptr, y_ptr, n, trace, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    kt.start(trace, 0)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    for _ in range(ITERS):
+        acc = acc * 0.999 + 0.001
+    tl.store(y_ptr + offs, acc, mask=offs < n)
+    kt.stop(trace, 0)
+    kt.start(trace, 1)
+    acc = tl.load(y_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    for _ in range(2 * ITERS):
+        acc = acc * 0.999 + 0.001
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, x * 2 + 1 + acc * 0, mask=offs < n)  # y = 2x + 1, after the work
+    kt.stop(trace, 1)
+
+
+def kernel(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    grid = (triton.cdiv(n, 1024),)
+    busy_kernel[grid](x, y, n, kt.buffer(grid, ["first", "second"], "busy_kernel"),
+                      BLOCK=1024, ITERS=4000, num_warps=4)
+    return y
+'''
+
+
+def test_traced_regions_add_up_to_the_kernel_time(store, scale_problem, version):
+    run = krung.evaluate(scale_problem, version("traced", TRACED), store=store, device="cuda",
+                         rungs="static,compile,run,trace")
+    rung = run.rung("trace")
+    assert rung.ok, "\n".join(r.line() for r in run.rungs) + (rung.details or "")
+    figures = rung.figures
+    print(json.dumps(figures, indent=1))
+    regions = {r["region"]: r for r in figures["per_region"]}
+    assert set(regions) == {"first", "second"}
+    programs = (1 << 20) // 1024  # the first bench case of the scale problem
+    assert all(r["programs"] == programs for r in regions.values())
+    # The second region does twice the work of the first.
+    assert regions["second"]["median_ns"] == pytest.approx(2 * regions["first"]["median_ns"],
+                                                           rel=0.35)
+    # Every program is resident at once (one wave), so the regions' medians add up to the
+    # launch's span, and the span is the kernel's time inside the call's event time.
+    span_ns = regions["first"]["launch_span_ns"]
+    assert regions["first"]["median_ns"] + regions["second"]["median_ns"] == \
+        pytest.approx(span_ns, rel=0.25)
+    assert 0.5 * figures["call_us"] <= span_ns / 1e3 <= 1.05 * figures["call_us"]
+    trace = json.loads((store.parent / "runs" / run.run_id / figures["files"][0]).read_text())
+    assert len(trace["traceEvents"]) == 2 * programs
+    assert all(e["ph"] == "X" and e["dur"] > 0 for e in trace["traceEvents"])
+
+
+def test_artifacts_on_the_gpu_are_what_it_compiled(store):
+    solution = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
+    run = krung.evaluate("softmax", solution, store=store, device="cuda",
+                         rungs="static,compile,run,correctness,artifacts")
+    rung = run.rung("artifacts")
+    assert rung.ok, rung.line() + (rung.details or "")
+    assert rung.figures["source"] == "kernels the GPU ran"
+    assert rung.figures["arch"] == "sm_90a"
+    folder = store.parent / "runs" / run.run_id
+    for row in rung.figures["per_kernel"]:
+        assert {"ttir", "ttgir", "llir", "ptx", "cubin", "sass"} <= set(row["files"])
+        record = json.loads((folder / "artifacts" / row["kernel"] /
+                             f"{row['specialisation']}.json").read_text())
+        assert record["source"] == "gpu" and record["launches"] >= 1
+        if record.get("n_regs"):  # what the driver loaded, against what krung parsed
+            assert row["registers"] == record["n_regs"]

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from krung.solution import Solution
 
 # The implemented rungs, in the order they run.
-RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark")
+RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark", "roofline")
 DEFAULT_LADDER = RUNGS
 
 
@@ -69,6 +69,10 @@ class Context:
     progress: Callable[[str, str], None] = lambda rung, message: None
     loaded: bool = False
     env: dict[str, Any] = field(default_factory=dict)  # device facts (judge.environment)
+    # The device ceilings kept in the store (krung.calibration), and how to keep a new one:
+    # the store belongs to the caller, so a calibration made here is sent there.
+    calibrations: list[dict[str, Any]] = field(default_factory=list)
+    save_calibration: Callable[[dict[str, Any]], None] = lambda entry: None
 
     def seed_for(self, purpose: str, *parts: Any) -> int:
         """A case seed derived from the evaluation's secret seed: fresh for every run."""

@@ -203,3 +203,23 @@ def _has_colour(image, rgb: tuple[int, int, int], tolerance: int = 8) -> bool:
 
     pixels = numpy.asarray(image, dtype=numpy.int16)
     return bool((numpy.abs(pixels - numpy.array(rgb)) <= tolerance).all(axis=-1).any())
+
+
+def test_a_long_history_keeps_its_version_labels_apart(tmp_path):
+    from tests.recorded import record_run
+
+    store = Store(tmp_path / "store" / "krung.db")
+    parent = None
+    for i in range(90):
+        scale = 1 + 0.02 * ((i * 37) % 11)
+        parent = record_run(store, f"/ws/versions/v{i + 1}.py",
+                            [400.0 * scale, 3000.0 * scale, 700.0 * scale], parent=parent,
+                            started_at=f"2026-12-01T{10 + i // 60:02d}:{i % 60:02d}:00+00:00"
+                            ).run_id
+    page = krung.write_report("matmul", tmp_path / "report.html", store=store).html.read_text()
+    timeline = page[page.index('<svg id="timeline-chart"'):]
+    timeline = timeline[:timeline.index("</svg>")]
+    labels = re.findall(r'rotate\(-40 [^"]+\)">(v\d+\.py)</text>', timeline)
+    assert 30 <= len(labels) <= 41 and labels[0] == "v1.py" and labels[-1] == "v90.py"
+    assert page.count('<details class="run"') == 90
+    assert page.count(" open>") == 3  # the newest versions' sections start open

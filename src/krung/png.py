@@ -3,12 +3,13 @@ optional `krung[report]` extra; the HTML report itself needs nothing)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from krung.charts import FAILED_COLOR, PALETTE, RooflineChart, Timeline
 from krung.errors import UsageError
-from krung.svg import log_range, tick_label
+from krung.svg import MAX_X_LABELS, log_range, tick_label
 
 # charts.MARKERS in matplotlib's letters
 _MARKERS = {"circle": "o", "square": "s", "triangle": "^", "diamond": "D", "cross": "P",
@@ -140,8 +141,11 @@ def _timeline(plt: Any, timeline: Timeline) -> Any:
         panels[0].scatter(failed, [low / 1.3] * len(failed), marker="x", color=FAILED_COLOR,
                           s=40, label="failed")
         panels[0].legend(fontsize=8, frameon=False)
-    panels[-1].set_xticks(positions)
-    panels[-1].set_xticklabels([p.label for p in points], rotation=40, ha="right", fontsize=8)
+    every = math.ceil(len(points) / MAX_X_LABELS)  # past that, label every n-th version
+    shown = [i for i in positions if i % every == 0 or i == len(points) - 1]
+    panels[-1].set_xticks(shown)
+    panels[-1].set_xticklabels([points[i].label for i in shown], rotation=40, ha="right",
+                               fontsize=8)
     panels[0].set_title(f"Versions on {timeline.device}", fontsize=11)
     figure.tight_layout()
     return figure

@@ -17,6 +17,7 @@ GRID = "#e4e4e4"
 AXIS = "#555"
 LEGEND_ROWS = 14
 LABEL_CHARS = 42
+MAX_X_LABELS = 40
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,7 @@ def timeline_svg(timeline: Timeline) -> str:
     def px(i: int) -> float:
         return left + 20 + i * step if count > 1 else (left + right) / 2
 
+    dot = 5.0 if count <= MAX_X_LABELS else 3.5  # smaller marks when they crowd
     cpu = "cpu-wall" in timeline.timers
     panels: list[tuple[str, Callable[[object], float | None], bool, str]] = [
         ("time (us, geomean)" + (" CPU wall" if cpu else ""), lambda p: p.time_us, True,
@@ -294,12 +296,15 @@ def timeline_svg(timeline: Timeline) -> str:
             if value:
                 tip += f", {label} {value:.4g}"
                 parts.append(marker("circle", px(i), y(value), PALETTE[0] if point.ok
-                                    else "#f5b7b1", 5, title=tip))
+                                    else "#f5b7b1", dot, title=tip))
             elif n == 0 and not point.ok:  # a failed run has no time: mark it on the floor
                 parts.append(marker("cross", px(i), y_bottom - 8, FAILED_COLOR, 5,
                                     stroke=FAILED_COLOR, title=tip))
     base = top + 3 * panel + 2 * gap
+    every = math.ceil(count / MAX_X_LABELS)  # past that, label every n-th version
     for i, point in enumerate(points):
+        if i % every and i != count - 1:
+            continue
         lx, ly = px(i), base + 14
         parts.append(_text(lx, ly, _clip(point.label, 24), 10, "end",
                            f'transform="rotate(-40 {lx:.1f} {ly:.1f})"'))

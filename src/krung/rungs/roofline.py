@@ -116,7 +116,11 @@ def _ceilings(ctx: Context) -> tuple[Ceilings, str, list[dict[str, Any]]]:
 
         ctx.progress("roofline", "calibrating the GPU's ceilings (once per device, driver and "
                                  "library versions)")
-        entry = calibration_for(ctx.env, [], force=True)
+        try:
+            entry = calibration_for(ctx.env, [], force=True)
+        except RuntimeError as exc:  # torch's CUDA errors, or too little free memory
+            raise RungSkipped(f"the GPU's ceilings could not be measured ({exc}); free the GPU "
+                              "and run `krung calibrate`") from exc
         entry.pop("cached", None)
         ctx.save_calibration(entry)
         ctx.calibrations.append(entry)

@@ -132,6 +132,10 @@ def test_the_likely_limiter_from_what_the_benchmark_saw():
     assert "3 kernels per call" in text and "fuse them" in text
     tiny = _limiter(4.0, work=(2**16, 12 * 2**16), precision="fp32")  # 0.2 us of work
     assert "little work" in tiny
+    hot = _limiter(3000.0, {"clock_warning": "the GPU was throttling (hw_thermal) after the "
+                                             "measurement"})
+    assert hot.endswith("; the GPU was throttling (hw_thermal) after the measurement: part of "
+                        "the gap may be the clock's")
 
 
 def test_the_likely_limiter_from_a_profile_summary():

@@ -231,6 +231,8 @@ def likely_limiter(point: Point, bench_row: dict[str, Any] | None = None,
         reasons.append(_profile_reason(point, profile))
     if not reasons:
         reasons.append(_position_reason(point))
+    if row.get("clock_warning"):
+        reasons.append(f"{row['clock_warning']}: part of the gap may be the clock's")
     if point.ridge is None:
         reasons.append(f"no {point.precision} peak was measured, so only the memory ceiling "
                        "is known")

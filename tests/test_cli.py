@@ -16,10 +16,12 @@ def test_good_version_passes_every_rung(krung, scale_problem, version):
     assert run["ok"] is True
     assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
                                                  "determinism", "benchmark", "artifacts",
-                                                 "profile"]
-    assert all(r["status"] == "ok" for r in run["rungs"][:-1])
-    # No GPU here: the profiler is skipped, which does not fail the run (exit status 0).
-    assert run["rungs"][-1]["status"] == "skipped" and "GPU" in run["rungs"][-1]["reason"]
+                                                 "profile", "roofline"]
+    assert all(r["status"] == "ok" for r in run["rungs"][:-2])
+    # No GPU here: the profiler and the roofline are skipped, which does not fail the run.
+    profile, roofline = run["rungs"][-2:]
+    assert profile["status"] == "skipped" and "GPU" in profile["reason"]
+    assert roofline["status"] == "skipped" and roofline["reason"].startswith("no GPU: ")
     correctness = run["rungs"][3]["figures"]
     for key in ("max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db", "cossim"):
         assert key in correctness

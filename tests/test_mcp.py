@@ -66,7 +66,7 @@ def test_tools_are_listed_with_precise_schemas(store, tmp_path):
         evaluate = tools["evaluate"].input_schema
         assert evaluate["required"] == ["problem"]
         assert set(evaluate["properties"]) == {"problem", "version_path", "source", "name",
-                                               "rungs", "seed", "device"}
+                                               "rungs", "seed", "device", "parent"}
         rungs = evaluate["properties"]["rungs"]["anyOf"][0]
         assert rungs["items"]["enum"] == list(krung.RUNGS)
         assert "description" in evaluate["properties"]["source"]
@@ -89,10 +89,11 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
             passed = await session.call_tool(
                 "evaluate", {"problem": str(scale_problem), "version_path": str(good)},
                 progress_callback=on_progress)
-            failed = await session.call_tool(
-                "evaluate", {"problem": "scale", "source": TAIL_BUG, "name": "tail bug"})
-            history = await session.call_tool("history", {"problem": "scale"})
             good_id = passed.structured_content["run_id"]
+            failed = await session.call_tool(
+                "evaluate", {"problem": "scale", "source": TAIL_BUG, "name": "tail bug",
+                             "parent": good_id[:6]})
+            history = await session.call_tool("history", {"problem": "scale"})
             shown = await session.call_tool("show_run", {"run_id": good_id[:5],
                                                          "with_source": True})
             listed = await session.call_tool("get_artifact", {"run_id": good_id})
@@ -111,7 +112,8 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
     run = passed.structured_content
     assert run["ok"] is True
     assert [r["name"] for r in run["rungs"]] == list(krung.DEFAULT_LADDER)
-    assert passed.content[0].text.startswith("OK (no rung failed; skipped: profile)")
+    assert passed.content[0].text.startswith("OK (every rung that could run passed; profile, "
+                                             "roofline skipped)")
     assert len(progress) >= len(krung.DEFAULT_LADDER)
     values = [value for value, _, _ in progress]
     assert values == sorted(values) and len(set(values)) == len(values)
@@ -137,6 +139,7 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
     assert [r["run_id"] for r in runs] == [bad["run_id"], run["run_id"]]
     assert runs[1]["verdict"] == "ok" and runs[1]["geomean_us"] > 0
     assert runs[0]["failed_rung"] == "correctness"
+    assert bad["parent"] == runs[0]["parent"] == run["run_id"] and run["parent"] is None
 
     assert shown.structured_content["run_id"] == run["run_id"]
     assert shown.structured_content["source"] == good.read_text()

@@ -24,12 +24,15 @@ def test_passing_run(krung, scale_problem, version):
     result = krung("run", scale_problem, version("good", GOOD), "--format", "agent")
     assert result.code == 0, result.stderr
     lines = check_shape(result.stdout)
-    # On a CPU the profiler cannot run: skipped, which does not fail the run.
-    assert lines[0].startswith("OK (no rung failed; skipped: profile)  run ")
+    # On a CPU the profiler and the roofline cannot run: skipped, which does not fail the run.
+    assert lines[0].startswith("OK (every rung that could run passed; profile, roofline "
+                               "skipped)  run ")
     assert "version good.py  device cpu" in lines[0]
     assert lines[1] == ("rungs: static ok, compile ok, run ok, correctness ok, determinism ok, "
                         "benchmark ok, artifacts ok, profile skipped (profiling needs a GPU "
-                        "(Nsight Compute reads its counters))")
+                        "(Nsight Compute reads its counters)), roofline skipped (no GPU: the "
+                        "roofline needs the GPU's measured ceilings, and CPU wall-clock times "
+                        "under Triton's interpreter have none)")
     # 3 declared cases and 1 or 2 unseen ones
     assert any(re.match(r"correctness: (\d)/\1 cases passed \(3 seeds each\); max_abs_err ",
                         line) for line in lines)
@@ -112,3 +115,33 @@ def test_broken_evaluation_is_not_a_verdict_on_the_version():
     assert lines[0].startswith("ERROR (krung itself failed, not a verdict on the version)")
     assert "error: the judge process exited with status 1" in lines
     assert "judge.log" in lines[-1]
+
+
+def test_a_gpu_run_says_how_far_it_is_from_the_roofline_and_whether_to_stop(tmp_path):
+    from krung.report import verdict
+    from krung.store import Store
+    from tests.recorded import matmul_history
+
+    runs = matmul_history(Store(tmp_path / "k.db"))
+    below = check_shape(agent_summary(runs["v3"]))
+    assert below[0].startswith("OK (every rung passed)  run ")
+    roofline = next(line for line in below if line.startswith("roofline: "))
+    # geomean of 174/420, 1392/3100 and 304.5/720 us: the roofline's times over the version's
+    assert roofline == ("roofline: below, 42.84% of the binding ceiling (geomean), 0/3 case(s) "
+                        "at >= 90%; ceilings measured 2026-12-01T10:00:00+00:00 (kept in the "
+                        "store)")
+    assert "  M=8192,N=8192,K=8192,dtype=bfloat16: 44.9% of bf16 (compute-bound, 354.7 " \
+        "TFLOP/s, 129.9 GB/s), below" in below
+    assert below[-1].startswith("next: 42.84% of the roofline; the furthest case is "
+                                "M=4096,N=4096,K=4096,dtype=bfloat16: 41% of the bf16 peak, "
+                                "2.4x from the roofline; compute-bound: ")
+    at = check_shape(agent_summary(runs["v5"]))
+    assert at[-1] == ("next: every bench case is at the roofline: stop optimising this kernel, "
+                      "or cut the work itself (fewer bytes or flops)")
+    suspect = check_shape(agent_summary(runs["v6_suspect"]))
+    assert suspect[0].startswith("FAILED at roofline  run ")
+    assert "error: SuspectTime: faster than the roofline allows" in suspect
+    assert any(line.startswith("roofline: suspect, ") for line in suspect)
+    assert verdict(runs["v5"]) == f"OK  run {runs['v5'].run_id}: every rung passed"
+    assert verdict(runs["v6_suspect"]) == f"FAILED  run {runs['v6_suspect'].run_id}: " \
+        "roofline failed"

@@ -33,3 +33,16 @@ def test_replace_ignores_none_and_checks_values():
     assert settings.replace(call_timeout_s=3).call_timeout_s == 3.0
     with pytest.raises(UsageError, match="--device"):
         settings.replace(device="gpu")
+
+
+def test_the_roofline_threshold_is_a_percentage():
+    assert Settings().roofline_threshold_pct == 90.0
+    assert Settings.from_env({"KRUNG_ROOFLINE_THRESHOLD": "80"}).roofline_threshold_pct == 80.0
+    assert Settings().replace(roofline_threshold_pct=100).roofline_threshold_pct == 100.0
+    for bad in ("0", "-5", "ninety"):
+        with pytest.raises(UsageError, match="KRUNG_ROOFLINE_THRESHOLD"):
+            Settings.from_env({"KRUNG_ROOFLINE_THRESHOLD": bad})
+    with pytest.raises(UsageError, match="is above 100%") as info:
+        Settings.from_env({"KRUNG_ROOFLINE_THRESHOLD": "150"})
+    assert info.value.hint == ("set KRUNG_ROOFLINE_THRESHOLD to a percentage in (0, 100], "
+                               "e.g. 90")

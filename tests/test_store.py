@@ -75,3 +75,108 @@ def test_eight_concurrent_writers_lose_nothing(tmp_path):
     runs = Store(path).history("p", limit=1000)
     assert len(runs) == 80
     assert all(r.ok and len(r.rungs) == 1 for r in runs)
+
+
+# Version 1 of the schema, as krung 0.1 wrote it: no parents, no calibrations.
+SCHEMA_1 = """
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY, problem TEXT NOT NULL, problem_path TEXT NOT NULL,
+    solution TEXT NOT NULL, source TEXT NOT NULL, source_sha256 TEXT NOT NULL,
+    device TEXT NOT NULL DEFAULT 'unknown', env TEXT NOT NULL DEFAULT '{}',
+    seed INTEGER NOT NULL, rungs_requested TEXT NOT NULL DEFAULT '[]',
+    state TEXT NOT NULL DEFAULT 'running', ok INTEGER, error TEXT,
+    started_at TEXT NOT NULL, finished_at TEXT);
+CREATE INDEX runs_by_problem ON runs (problem, started_at);
+CREATE TABLE rungs (run_id TEXT NOT NULL REFERENCES runs (run_id), position INTEGER NOT NULL,
+    name TEXT NOT NULL, status TEXT NOT NULL, result TEXT NOT NULL,
+    PRIMARY KEY (run_id, position));
+INSERT INTO runs (run_id, problem, problem_path, solution, source, source_sha256, seed, state,
+    ok, started_at, finished_at) VALUES ('0ld1d', 'p', '/p', '/v.py', 'src', 'ab', 3, 'done',
+    1, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:09+00:00');
+INSERT INTO rungs VALUES ('0ld1d', 0, 'static', 'ok',
+    '{"name": "static", "status": "ok", "figures": {"lines": 2}}');
+PRAGMA user_version=1;
+"""
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA_1)
+    old.close()
+    store = Store(path)
+    assert store._version() == 2
+    back = store.get("0ld1d")
+    assert back.parent is None and back.rungs[0].figures == {"lines": 2} and back.ok
+    run = make_run(solution="/v.py")
+    run.parent = "0ld1d"
+    store.begin(run, [])
+    store.finish(run)
+    assert store.get(run.run_id).parent == "0ld1d"
+    assert store.children("0ld1d") == [run.run_id]
+    store.close()
+    assert Store(path)._version() == 2  # a second open has nothing to do
+
+
+def _open_old_store(path: str) -> None:
+    Store(path).close()
+
+
+def test_concurrent_openers_migrate_once(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA_1)
+    old.close()
+    ctx = multiprocessing.get_context("spawn")
+    openers = [ctx.Process(target=_open_old_store, args=(str(path),)) for _ in range(6)]
+    for p in openers:
+        p.start()
+    for p in openers:
+        p.join(120)
+        assert p.exitcode == 0  # a second ALTER TABLE would have failed one of them
+    assert Store(path).get("0ld1d").parent is None
+
+
+def test_a_store_from_a_newer_krung_is_refused(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "new.db"
+    newer = sqlite3.connect(path)
+    newer.execute("PRAGMA user_version=99")
+    newer.close()
+    with pytest.raises(UsageError, match="newer krung"):
+        Store(path)
+
+
+def test_the_previous_run_of_a_file_is_its_default_parent(tmp_path):
+    store = Store(tmp_path / "k.db")
+    assert store.previous_run("p", "/v.py") is None
+    first, other, second = make_run(), make_run(solution="/w.py"), make_run()
+    for run in (first, other, second):
+        store.begin(run, [])
+        store.finish(run)
+    assert store.previous_run("p", "/v.py") == second.run_id
+    assert store.previous_run("p", "/w.py") == other.run_id
+    assert store.previous_run("q", "/v.py") is None
+
+
+def test_calibrations_are_kept_by_key_and_replaced(tmp_path):
+    store = Store(tmp_path / "k.db")
+    key = {"device_name": "NVIDIA H200", "driver": "570.1", "torch": "2.13.0",
+           "cuda": "12.8", "method": 1}
+    store.save_calibration({"key": key, "record": {"dram_bytes_per_s": 4.1e12},
+                            "measured_at": "2026-12-01T00:00:00+00:00"})
+    store.save_calibration({"key": {**key, "driver": "580.2"},
+                            "record": {"dram_bytes_per_s": 4.2e12},
+                            "measured_at": "2026-12-02T00:00:00+00:00"})
+    store.save_calibration({"key": key, "record": {"dram_bytes_per_s": 4.3e12,
+                                                   "x": float("nan")},
+                            "measured_at": "2026-12-03T00:00:00+00:00"})
+    kept = store.calibrations()
+    assert [e["record"]["dram_bytes_per_s"] for e in kept] == [4.3e12, 4.2e12]  # newest first
+    assert kept[0]["key"] == key and kept[0]["record"]["x"] is None
+    assert Store(tmp_path / "k.db").calibrations() == kept

@@ -26,7 +26,7 @@ def test_default_workspace_holds_the_template_and_its_first_version_passes(krung
     run = result.json()
     assert run["ok"] and run["problem"] == "problem"
     assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
-                                                 "determinism", "benchmark"]
+                                                 "determinism", "benchmark", "roofline"]
     assert run["rungs"][0]["figures"]["dsl"] == "triton"
     history = krung("history", "problem", "--json", cwd=ws)
     assert [r["run_id"] for r in history.json()] == [run["run_id"]]
@@ -38,12 +38,14 @@ def test_agents_md_gives_the_loop_the_commands_and_the_rules(krung, tmp_path):
     for command in ("krung run problem versions/v1.py --format agent",
                     "krung run problem versions/v2.py --rungs static,compile,run,correctness",
                     "krung history problem", "krung best problem", "krung show RUN",
+                    "krung run problem versions/v2.py --parent RUN_OF_V1 --format agent",
+                    "krung report problem -o report.html",
                     "krung context search", "krung watch problem versions/v2.py",
                     "krung context add --package triton"):
         assert command in text, command
     for words in ("static -> compile -> run -> correctness -> determinism -> benchmark", "hint:",
                   "median_us", "ref_median_us / median_us", "interpreter", "cpu-wall",
-                  "Roofline", "Nsight Compute", "Never edit anything under `problem/`",
+                  "Roofline", "verdict=at-roofline", "SuspectTime", "Nsight Compute", "Never edit anything under `problem/`",
                   "torch.matmul", "Write each version as a new file",
                   "Re-check correctness for every version", "kernel(x)",
                   "[mcp_servers.krung]", ".cursor/mcp.json"):

@@ -3,6 +3,7 @@
 The public API. The `krung` command and the MCP server use only what is exported here.
 """
 
+from krung.calibration import Calibration, calibrate, calibrations
 from krung.context import (
     ContextEntry,
     add_context,
@@ -13,6 +14,8 @@ from krung.context import (
 from krung.diff import diff_runs
 from krung.errors import KrungError, ProblemError, UsageError
 from krung.evaluate import evaluate
+from krung.history_tree import BEST_RULES, Entry, best_run, history, lineage
+from krung.html_report import ReportFiles, write_report
 from krung.ladder import DEFAULT_LADDER, RUNGS
 from krung.problem import builtin_problems, detect_format, find_problem
 from krung.problem.catalog import describe_problem, list_problems
@@ -31,12 +34,16 @@ from krung.workspace import Workspace, init_workspace
 __version__ = "0.1.0"
 
 __all__ = [
+    "BEST_RULES",
     "DEFAULT_LADDER",
     "FILE_KINDS",
     "RUNGS",
+    "Calibration",
     "ContextEntry",
+    "Entry",
     "KrungError",
     "ProblemError",
+    "ReportFiles",
     "Run",
     "RunFile",
     "RungResult",
@@ -51,13 +58,18 @@ __all__ = [
     "add_context",
     "add_package_context",
     "agent_summary",
+    "best_run",
     "builtin_problems",
+    "calibrate",
+    "calibrations",
     "describe_problem",
     "detect_format",
     "diff_runs",
     "evaluate",
     "find_problem",
+    "history",
     "init_workspace",
+    "lineage",
     "list_context",
     "list_problems",
     "read_run_file",
@@ -68,4 +80,5 @@ __all__ = [
     "search_context",
     "summary_of",
     "watch",
+    "write_report",
 ]

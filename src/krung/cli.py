@@ -17,9 +17,8 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import cli_artifacts, cli_suite, cli_workspace, display, report
+from krung import cli_artifacts, cli_roofline, cli_suite, cli_workspace, display, report
 from krung.scaffold import scaffold
-from krung.store import summary_of
 
 
 class ExitCode(enum.IntEnum):
@@ -88,6 +87,9 @@ def run(
         help="Seconds allowed for the import and the first call (JIT compile).")] = None,
     precision: Annotated[str | None, typer.Option(
         help="KernelBench problems: fp32 (default), fp16 or bf16.")] = None,
+    parent: Annotated[str | None, typer.Option(
+        help="The run this version builds on (an id or prefix); by default the previous run "
+             "of the same version file.")] = None,
     json_output: JsonOption = False,
     output_format: FormatOption = None,
     store: StoreOption = None,
@@ -121,7 +123,7 @@ def run(
     with progress or contextlib.nullcontext():
         result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
                                 precision=precision, settings=settings, on_result=on_result,
-                                on_progress=on_progress, on_env=on_env)
+                                on_progress=on_progress, on_env=on_env, parent=parent)
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
     elif chosen is OutputFormat.AGENT:
@@ -162,15 +164,17 @@ def history(
     json_output: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
-    """Every recorded version of a problem, newest first, with its verdict and time."""
-    runs = _open(store).history(_problem_name(problem), limit)
+    """Every recorded version of a problem, newest first: verdict, time, speedup, % of the
+    roofline, its parent run and the change in time from it."""
+    entries = krung.history(_problem_name(problem), limit=limit, store=_settings(store).store)
     if json_output:
-        _print_json([{**_brief(r), **summary_of(r)} for r in runs])
+        _print_json([e.to_json() for e in entries])
         return
-    if not runs:
+    if not entries:
         out.print(f"no runs of {problem} in this store", markup=False)
         return
-    out.print(report.history_table(runs, f"{_problem_name(problem)}: {len(runs)} run(s)"))
+    out.print(report.history_table(entries,
+                                   f"{_problem_name(problem)}: {len(entries)} run(s)"))
 
 
 @app.command()
@@ -191,8 +195,8 @@ def show(
         sys.stdout.write(report.agent_summary(found) + "\n")
         return
     out.print(f"run {found.run_id}  {found.problem}  {found.solution}", markup=False)
-    out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}",
-              markup=False)
+    out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}"
+              f"  parent {found.parent or '-'}", markup=False)
     out.print(report.device_notice(found.env), markup=False)
     for rung in found.rungs:
         for line in report.rung_block(rung):
@@ -206,25 +210,25 @@ def show(
 @app.command()
 def best(
     problem: Annotated[str, typer.Argument(help="Problem name (its directory's name).")],
+    by: Annotated[str, typer.Option(
+        help=f"The rule: {', '.join(krung.BEST_RULES)} (time: the lowest geomean of the "
+             "bench-case medians; roofline: the highest geomean % of the roofline).")] = "time",
     json_output: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
     """The fastest passing version: lowest geometric mean of the bench-case medians,
     among runs that passed every rung, compared only with runs on the same device."""
-    runs = [r for r in _open(store).history(_problem_name(problem), limit=10_000)
-            if r.ok and summary_of(r)["geomean_us"] is not None]
-    if not runs:
-        err.print(f"no passing, benchmarked run of {problem} in this store", markup=False)
+    found = krung.best_run(_problem_name(problem), rule=by, store=_settings(store).store)
+    if found is None:
+        err.print(f"no passing, benchmarked run of {problem} in this store"
+                  + (" with roofline figures" if by == "roofline" else ""), markup=False)
         raise typer.Exit(ExitCode.FAILED)
-    device = runs[0].device  # the newest run's device
-    chosen = min((r for r in runs if r.device == device),
-                 key=lambda r: summary_of(r)["geomean_us"])
-    rule = f"lowest geomean of bench-case medians among passing runs on {device}"
+    entry, rule, among = found
     if json_output:
-        _print_json({**_brief(chosen), **summary_of(chosen), "rule": rule})
+        _print_json({**entry.to_json(), "rule": rule})
         return
     out.print(f"rule: {rule}", markup=False)
-    out.print(report.history_table([chosen], f"best of {len(runs)} passing run(s)"))
+    out.print(report.history_table([entry], f"best of {among} passing run(s)"))
 
 
 # For coding agents: the MCP server and the run's JSON Schema.
@@ -273,11 +277,6 @@ def _problem_name(spec: str) -> str:
     return path.resolve().name if path.is_dir() else path.stem if path.is_file() else spec
 
 
-def _brief(run: krung.Run) -> dict[str, Any]:
-    return {"run_id": run.run_id, "problem": run.problem, "solution": run.solution,
-            "device": run.device, "ok": run.ok, "started_at": run.started_at}
-
-
 # Suites of problems in other formats, scored as KernelBench scores them (cli_suite.py).
 app.command()(cli_suite.suite)
 
@@ -289,6 +288,10 @@ app.command()(cli_artifacts.diff)
 app.command()(cli_workspace.init)
 app.command()(cli_workspace.watch)
 app.add_typer(cli_workspace.context_app, name="context")
+
+# The device's ceilings and the HTML report: `krung calibrate`, `krung report` (cli_roofline.py).
+app.command()(cli_roofline.calibrate)
+app.command()(cli_roofline.report)
 
 
 def main() -> None:

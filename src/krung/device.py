@@ -1,4 +1,5 @@
-"""Device facts and clock telemetry (NVML through nvidia-ml-py, where it is installed).
+"""Device facts: clock telemetry (NVML through nvidia-ml-py, where it is installed) and the
+datasheet peaks of common GPUs.
 
 A timing taken while the GPU throttled is not the kernel's fault: the benchmark rung reads
 the SM clock and the reasons NVML gives for holding it down, before and after each bench
@@ -7,6 +8,8 @@ case, and warns when they show throttling.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 # NVML's clock event ("throttle") reason bits that mean the clock was held down.
@@ -70,23 +73,62 @@ def clock_warning(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     return None
 
 
-# Datasheet peaks (dense) of common GPUs, keyed by a part of the name torch reports. They are
-# leads, not measurements (the roofline issue calibrates real ceilings): here they only bound
-# how fast any correct kernel could be.
-DATASHEET: dict[str, dict[str, Any]] = {
-    "H200": {"bytes_per_s": 4.8e12, "flops_per_s": 1979e12},  # fp8 dense is the top rate
-    "H100": {"bytes_per_s": 3.35e12, "flops_per_s": 1979e12},
-    "B200": {"bytes_per_s": 8.0e12, "flops_per_s": 4500e12},
-    "A100": {"bytes_per_s": 2.04e12, "flops_per_s": 624e12},  # int8 dense
-    "L40S": {"bytes_per_s": 0.864e12, "flops_per_s": 733e12},
-    "L4": {"bytes_per_s": 0.3e12, "flops_per_s": 242e12},
-}
+# Datasheet peaks of common GPUs: DRAM bandwidth, and dense (not sparse) math throughput per
+# precision (tensor cores; fp32 on the CUDA cores). Keyed by the name torch reports, matched
+# as a whole word and the longest key first, so "H100 PCIe" wins over "H100" and "L4" does
+# not match an L40S. They are leads, not measurements: `krung calibrate` measures the real
+# ceilings; these bound how fast any correct kernel could be, and are printed beside them.
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class Datasheet:
+    name: str
+    dram_bytes_per_s: float
+    flops_per_s: dict[str, float]  # by precision; a precision the GPU lacks is absent
+
+    @property
+    def top_flops_per_s(self) -> float:
+        return max(self.flops_per_s.values())
+
+
+def _sheet(name: str, dram_tb: float, fp32: float, tf32: float, half: float,
+           fp8: float | None, int8: float) -> Datasheet:
+    """One GPU's figures, in TB/s and dense TFLOP/s (fp16 and bf16 run at the same rate)."""
+    flops = {"fp32": fp32, "tf32": tf32, "fp16": half, "bf16": half, "int8": int8}
+    if fp8 is not None:
+        flops["fp8"] = fp8
+    return Datasheet(name, dram_tb * 1e12, {k: v * 1e12 for k, v in flops.items()})
+
+
+DATASHEET: dict[str, Datasheet] = {sheet.name: sheet for sheet in (
+    _sheet("B200", 8.0, 75, 1125, 2250, 4500, 4500),
+    _sheet("H200", 4.8, 67, 495, 989, 1979, 1979),
+    _sheet("H200 NVL", 4.8, 60, 418, 835, 1671, 1671),
+    _sheet("H100", 3.35, 67, 495, 989, 1979, 1979),  # SXM
+    _sheet("H100 NVL", 3.9, 60, 418, 835, 1671, 1671),
+    _sheet("H100 PCIe", 2.0, 51, 378, 756, 1513, 1513),
+    _sheet("A100", 2.039, 19.5, 156, 312, None, 624),  # SXM4 80GB
+    _sheet("A100 80GB PCIe", 1.935, 19.5, 156, 312, None, 624),
+    _sheet("A100-SXM4-40GB", 1.555, 19.5, 156, 312, None, 624),
+    _sheet("A100-PCIE-40GB", 1.555, 19.5, 156, 312, None, 624),
+    _sheet("L40S", 0.864, 91.6, 183, 362, 733, 733),
+    _sheet("L40", 0.864, 90.5, 90.5, 181, 362, 362),
+    _sheet("L4", 0.3, 30.3, 60, 121, 242, 242),
+)}
+
+
+def datasheet_for(device_name: str) -> Datasheet | None:
+    """The datasheet of the GPU torch calls `device_name`, or None for one krung lacks."""
+    found = [sheet for key, sheet in DATASHEET.items()
+             if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", device_name)]
+    return max(found, key=lambda sheet: len(sheet.name), default=None)
 
 
 def floor_us(device_name: str, flops: int, bytes_moved: int) -> float | None:
     """The least time the work could take on this GPU at its datasheet peaks (the most
     generous rate of any precision), or None for a GPU krung has no figures for."""
-    peaks = next((p for key, p in DATASHEET.items() if key in device_name), None)
-    if peaks is None:
+    sheet = datasheet_for(device_name)
+    if sheet is None:
         return None
-    return max(flops / peaks["flops_per_s"], bytes_moved / peaks["bytes_per_s"]) * 1e6
+    return max(flops / sheet.top_flops_per_s, bytes_moved / sheet.dram_bytes_per_s) * 1e6

@@ -49,14 +49,17 @@ def evaluate(
     on_result: OnResult | None = None,
     on_progress: OnProgress | None = None,
     on_env: OnEnv | None = None,
+    parent: str | None = None,
 ) -> Run:
     """Climb the ladder for `solution` on `problem` and return the recorded Run.
 
     `problem` is a problem in any format krung reads (a directory with problem.py, a
     KernelBench file, a GPU MODE directory) or a built-in name; `precision` (fp32, fp16,
-    bf16) casts a KernelBench problem's inputs and weights. Raises ProblemError when the
-    problem is broken and UsageError for bad arguments; a version that fails, crashes or
-    hangs is a Run whose rung says so, never an exception.
+    bf16) casts a KernelBench problem's inputs and weights. The run's parent is the run
+    `parent` names (an id or a unique prefix), or else the previous run of the same version
+    file on this problem. Raises ProblemError when the problem is broken and UsageError for
+    bad arguments; a version that fails, crashes or hangs is a Run whose rung says so, never
+    an exception.
     """
     settings = (settings or Settings.from_env()).replace(device=device)
     problem_dir = find_problem(problem)
@@ -73,6 +76,7 @@ def evaluate(
               solution=str(version.path), source_sha256=version.sha256, source=version.source,
               seed=seed if seed is not None else secrets.randbits(63))
     try:
+        run.parent = _parent(db, parent, run)
         db.begin(run, names)
         request = {
             "problem": str(problem_dir), "solution": str(version.path), "rungs": names,
@@ -80,6 +84,8 @@ def evaluate(
             "run_dir": str(db.artifacts_dir(run.run_id)),
             "settings": {k: str(v) if isinstance(v, Path) else v
                          for k, v in settings.__dict__.items()},
+            # The roofline rung reads the device's ceilings measured before, if any.
+            "calibrations": db.calibrations() if "roofline" in names else [],
         }
         _drive_judge(run, db, request, settings, on_result, on_progress, on_env)
         db.finish(run)
@@ -87,6 +93,17 @@ def evaluate(
     finally:
         if owned:
             db.close()
+
+
+def _parent(db: Store, named: str | None, run: Run) -> str | None:
+    if named is None:
+        return db.previous_run(run.problem, run.solution)
+    found = db.get(named)
+    if found.problem != run.problem:
+        raise UsageError(f"run {found.run_id} is of problem {found.problem}, not {run.problem}",
+                         hint=f"name a run of {run.problem} as the parent (`krung history "
+                              f"{run.problem}` lists them)")
+    return found.run_id
 
 
 def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
@@ -115,6 +132,8 @@ def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
                 db.update_env(run)
                 if on_env and "device" in message["env"]:
                     on_env(run.env)
+            elif kind == "calibration":
+                db.save_calibration(message["entry"])
             elif kind == "progress" and on_progress:
                 on_progress(message["rung"], message["message"])
             elif kind == "rung":

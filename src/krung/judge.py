@@ -49,7 +49,10 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
         ctx = Context(problem=problem, solution=solution, device=device, candidate=candidate,
                       settings=settings, seed=int(request["seed"]), run_dir=run_dir, env=env,
                       progress=lambda rung, message: channel.send(
-                          {"type": "progress", "rung": rung, "message": message}))
+                          {"type": "progress", "rung": rung, "message": message}),
+                      calibrations=list(request.get("calibrations") or []),
+                      save_calibration=lambda entry: channel.send(
+                          {"type": "calibration", "entry": entry}))
         channel.send({"type": "env", "env": env})
 
         def emit(result: RungResult) -> None:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 # The implemented rungs, in the order they run. `trace` is only on request: it needs a
 # kernel instrumented with krung.trace.
 RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark", "artifacts",
-         "profile", "trace")
+         "profile", "roofline", "trace")
 DEFAULT_LADDER = tuple(r for r in RUNGS if r != "trace")
 
 
@@ -72,6 +72,10 @@ class Context:
     progress: Callable[[str, str], None] = lambda rung, message: None
     loaded: bool = False
     env: dict[str, Any] = field(default_factory=dict)  # device facts (judge.environment)
+    # The device ceilings kept in the store (krung.calibration), and how to keep a new one:
+    # the store belongs to the caller, so a calibration made here is sent there.
+    calibrations: list[dict[str, Any]] = field(default_factory=list)
+    save_calibration: Callable[[dict[str, Any]], None] = lambda entry: None
 
     def seed_for(self, purpose: str, *parts: Any) -> int:
         """A case seed derived from the evaluation's secret seed: fresh for every run."""

@@ -71,6 +71,9 @@ NameArg = Annotated[str | None, Field(description=(
 SeedArg = Annotated[int | None, Field(ge=0, description=(
     "The evaluation seed, to reproduce a run exactly (a run's `seed` field); by default fresh "
     "and random, so a version never sees the same inputs twice."))]
+ParentArg = Annotated[str | None, Field(description=(
+    "The run this version builds on (its run_id or a unique prefix), so the history is a "
+    "tree an agent can walk back. Default: the previous run of the same version file."))]
 DeviceArg = Annotated[Device | None, Field(description=(
     "auto (a CUDA GPU when torch sees one, else the CPU, where Triton runs under its "
     "interpreter), cpu or cuda. Default: the server's KRUNG_DEVICE, else auto."))]
@@ -125,6 +128,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         ] = None,
         seed: SeedArg = None,
         device: DeviceArg = None,
+        parent: ParentArg = None,
     ) -> CallToolResult:
         """Evaluate one version of a problem up the rung ladder and record the run. Give the
         version as `version_path` or as `source`. Blocks until done (seconds on a small
@@ -144,7 +148,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
             run = await _in_thread(functools.partial(
                 krung.evaluate, problem, path, rungs=list(rungs) if rungs else None,
                 device=device, seed=seed, store=db_path, on_result=report.rung_done,
-                on_progress=report.step))
+                on_progress=report.step, parent=parent))
         return _run_answer(run)
 
     @tool(READ_ONLY)
@@ -155,7 +159,8 @@ def build_server(store: str | Path | None = None) -> MCPServer:
     ) -> CallToolResult:
         """The recorded runs of a problem, newest first: run_id, started_at, solution, ok,
         verdict (ok, failed, error), failed_rung, geomean_us and speedup (benchmark, when it
-        ran and passed), timer, device. Use a run_id with show_run, diff_runs or
+        ran and passed), timer, pct_of_roofline and roofline_verdict (GPU), parent (the run
+        it builds on), device. Use a run_id with show_run, diff_runs or
         get_artifact."""
         name = _problem_name(problem)
         with _explained():

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from krung.results import Run, RungResult, Status, format_value
-from krung.store import summary_of
 
 if TYPE_CHECKING:  # rich is imported where a table is drawn: the API stays light to import
     from rich.table import Table
+
+    from krung.history_tree import Entry
 
 DETAIL_LINES = 24
 
@@ -48,7 +49,7 @@ def verdict(run: Run) -> str:
         return f"FAILED  run {run.run_id}: {', '.join(failed)} failed"
     if run.skipped:
         names = ", ".join(r.name for r in run.skipped)
-        return f"OK  run {run.run_id}: no rung failed (skipped: {names})"
+        return f"OK  run {run.run_id}: every rung that could run passed ({names} skipped)"
     return f"OK  run {run.run_id}: every rung passed"
 
 
@@ -82,19 +83,24 @@ _COLUMNS = {
                     "mismatches"],
     "benchmark": ["median_us", "p10_us", "p90_us", "ci_pct", "samples", "ref_median_us",
                   "speedup", "timer", "host_median_us"],
+    "roofline": ["median_us", "roofline_us", "tflops", "gbps", "intensity", "bound", "ceiling",
+                 "pct", "verdict"],
 }
 
 
-def history_table(runs: list[Run], title: str) -> Table:
+def history_table(entries: list[Entry], title: str) -> Table:
+    """Runs with their verdict, time, speedup, % of the roofline, and change from the
+    parent (krung.history)."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", box=None, header_style="bold",
                   pad_edge=False)
     for column in ("run", "started", "version", "verdict", "time (geomean)", "speedup",
-                   "device"):
-        table.add_column(column, justify="right" if column in ("speedup",) else "left")
-    for run in runs:
-        summary = summary_of(run)
+                   "roofline", "parent", "vs parent", "device"):
+        table.add_column(column, justify="right" if column in ("speedup", "roofline",
+                                                               "vs parent") else "left")
+    for entry in entries:
+        run, summary = entry.run, entry.summary
         verdict_text = summary["verdict"]
         if summary["failed_rung"]:
             verdict_text += f" ({summary['failed_rung']})"
@@ -106,8 +112,24 @@ def history_table(runs: list[Run], title: str) -> Table:
         speedup = summary["speedup"]
         table.add_row(run.run_id, run.started_at.replace("T", " ")[:19],
                       run.solution.rsplit("/", 1)[-1], verdict_text, time_text,
-                      f"{speedup:.3g}x" if speedup else "-", run.device)
+                      f"{speedup:.3g}x" if speedup else "-", roofline_text(summary),
+                      run.parent or "-", change_text(entry.time_change), run.device)
     return table
+
+
+def roofline_text(summary: dict[str, Any]) -> str:
+    """`72% below`, `95% at`, `131% suspect`, or `-`."""
+    pct = summary.get("pct_of_roofline")
+    if pct is None:
+        return "-"
+    word = {"at-roofline": "at", "below": "below", "suspect": "suspect"}.get(
+        summary.get("roofline_verdict") or "", "")
+    return f"{pct:.0f}% {word}".rstrip()
+
+
+def change_text(change: float | None) -> str:
+    """A time change from the parent: `-18.7%` (faster) or `+4.2%` (slower), or `-`."""
+    return "-" if change is None else f"{100 * change:+.1f}%"
 
 
 # The agent's verdict: short, plain (no colours, no tables), in the order an agent acts on it.
@@ -134,6 +156,7 @@ def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
     body += _benchmark_lines(run.rung("benchmark"))
     body += _artifact_lines(run.rung("artifacts"))
     body += _profile_lines(run.rung("profile"))
+    body += _roofline_lines(run.rung("roofline"))
     tail = [f"next: {_next_step(run, failed)}"]
     room = max(max_lines - len(head) - len(tail), 0)
     if len(body) > room:
@@ -152,7 +175,8 @@ def _agent_verdict(run: Run, failed: RungResult | None) -> str:
     if not run.ok:
         return f"INCOMPLETE (no rung ran to the end)  {where}"
     if run.skipped:
-        return f"OK (no rung failed; skipped: {', '.join(r.name for r in run.skipped)})  {where}"
+        names = ", ".join(r.name for r in run.skipped)
+        return f"OK (every rung that could run passed; {names} skipped)  {where}"
     return f"OK (every rung passed)  {where}"
 
 
@@ -266,12 +290,35 @@ def _benchmark_lines(rung: RungResult | None) -> list[str]:
     return lines
 
 
+def _roofline_lines(rung: RungResult | None) -> list[str]:
+    if rung is None or "pct_of_roofline" not in rung.figures:
+        return []
+    f = rung.figures
+    lines = [f"roofline: {f.get('verdict')}, {format_value(f.get('pct_of_roofline'))}% of the "
+             f"binding ceiling (geomean), {f.get('at_roofline')} case(s) at >= "
+             f"{format_value(f.get('threshold_pct'))}%; ceilings {f.get('ceilings_from')}"]
+    for row in (f.get("per_case") or [])[:AGENT_CASES]:
+        if row.get("verdict"):
+            lines.append(f"  {row['case']}: {format_value(row.get('pct'))}% of {row['ceiling']}"
+                         f" ({row['bound']}-bound, {format_value(row.get('tflops'))} TFLOP/s, "
+                         f"{format_value(row.get('gbps'))} GB/s), {row['verdict']}")
+    return lines
+
+
 def _next_step(run: Run, failed: RungResult | None) -> str:
     if run.error:
         return ("read judge.log in the run's folder (runs/<run id>/ beside the store); if "
                 "the error repeats on a plain re-run, it is a krung bug")
     if failed is not None:
         return _next_for_failure(failed)
+    roofline = run.rung("roofline")
+    if roofline is not None and roofline.ok:
+        if roofline.figures.get("verdict") == "at-roofline":
+            return ("every bench case is at the roofline: stop optimising this kernel, or cut "
+                    "the work itself (fewer bytes or flops)")
+        return (f"{format_value(roofline.figures.get('pct_of_roofline'))}% of the roofline; "
+                f"the furthest case is {roofline.figures.get('worst_case')}: "
+                f"{roofline.figures.get('limiter')}")
     # A rung skipped for want of a GPU is no step to take; one skipped for a need is.
     skipped = [r for r in run.rungs if r.status is Status.SKIPPED
                and (r.reason or "").startswith("needs ")]

@@ -77,13 +77,16 @@ class Run:
     finished_at: str | None = None
     source: str = ""
     error: str | None = None  # the evaluation itself broke (not a rung): judge crash, bad problem
+    parent: str | None = None  # the run of the version this one builds on
 
     @property
     def ok(self) -> bool:
-        """No rung failed. A rung skipped because the machine cannot do it (no GPU for the
-        profiler) does not count against the version."""
-        return self.error is None and any(r.ok for r in self.rungs) and not any(
-            r.status is Status.FAILED for r in self.rungs)
+        """A rung passed, none failed, and the evaluation itself did not break. A rung this
+        machine cannot climb (the profiler or the roofline without a GPU) is skipped without
+        counting against the version; a rung skipped because one it needs failed comes with
+        that failure."""
+        return (self.error is None and any(r.ok for r in self.rungs)
+                and not any(r.status is Status.FAILED for r in self.rungs))
 
     @property
     def skipped(self) -> list[RungResult]:
@@ -107,6 +110,7 @@ class Run:
             "env": self.env,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "parent": self.parent,
         }
         if with_source:
             data["source"] = self.source

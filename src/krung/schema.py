@@ -62,6 +62,23 @@ _FIGURES: dict[str, dict[str, Any]] = {
                            "p90_us": _NUMBER, "cv": _NUMBER, "samples": {"type": "integer"},
                            "ref_median_us": _NUMBER, "speedup": _NUMBER}}},
     },
+    "roofline": {
+        "verdict": {"type": "string", "enum": ["at-roofline", "below", "suspect"],
+                    "description": "at-roofline: every bench case reaches the threshold; "
+                                   "suspect: a case is faster than the ceilings allow"},
+        "pct_of_roofline": {**_NUMBER, "description": "geometric mean over the bench cases of "
+                                                      "% of the binding ceiling reached"},
+        "threshold_pct": _NUMBER,
+        "limiter": {**_TEXT, "description": "the likely limiter of the case furthest from "
+                                            "its roofline"},
+        "per_case": {"type": "array", "items": {
+            "type": "object", "required": ["case", "verdict"],
+            "properties": {"case": _CASE, "tflops": _NUMBER, "gbps": _NUMBER,
+                           "intensity": _NUMBER, "pct": _NUMBER,
+                           "bound": {"type": ["string", "null"], "enum": ["memory", "compute",
+                                                                         None]},
+                           "verdict": {"type": ["string", "null"]}, "limiter": _TEXT}}},
+    },
 }
 
 
@@ -114,7 +131,7 @@ def run_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["run_id", "problem", "solution", "device", "ok", "rungs", "error",
                      "problem_path", "source_sha256", "seed", "env", "started_at",
-                     "finished_at"],
+                     "finished_at", "parent"],
         "additionalProperties": False,
         "properties": {
             "run_id": {"type": "string", "pattern": "^[0-9a-f]+$"},
@@ -135,6 +152,9 @@ def run_schema() -> dict[str, Any]:
             "finished_at": {"type": ["string", "null"], "format": "date-time"},
             "source": {"type": "string", "description": "the version's source (only when "
                                                         "asked for)"},
+            "parent": {"type": ["string", "null"], "pattern": "^[0-9a-f]+$",
+                       "description": "the run this version builds on: named with --parent, "
+                                      "or else the previous run of the same version file"},
         },
         "$defs": {"rung": _rung_schema()},
     }

@@ -46,6 +46,9 @@ _SETTINGS = {
                                                                         "(slower)"),
     "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
                                           "0 to copy them through host memory"),
+    "roofline_threshold_pct": Setting("KRUNG_ROOFLINE_THRESHOLD",
+                                      "% of the binding roofline ceiling a bench case must "
+                                      "reach to count as at the roofline (at most 100)"),
 }
 
 
@@ -63,6 +66,7 @@ class Settings:
     artifacts_arch: str = "auto"
     profile_clock_control: str = "none"
     profile_source_counters: bool = False
+    roofline_threshold_pct: float = 90.0
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -102,6 +106,9 @@ def _parse(name: str, source: str, raw: object) -> object:
             value = float(raw)  # type: ignore[arg-type]
             if not value > 0:  # type: ignore[operator]
                 raise ValueError
+            if name == "roofline_threshold_pct" and value > 100:  # type: ignore[operator]
+                raise UsageError(f"{source}={raw!r} is above 100%",
+                                 hint=f"set {source} to a percentage in (0, 100], e.g. 90")
             return value
     except (TypeError, ValueError):
         raise UsageError(

@@ -19,9 +19,10 @@ from typing import Any
 from krung.errors import UsageError
 from krung.results import Run, RungResult, dumps
 
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
+SCHEMA_VERSION = 2
+# Version 1: runs and their rungs.
+_SCHEMA_1 = (
+    """CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     problem TEXT NOT NULL,
     problem_path TEXT NOT NULL,
@@ -37,17 +38,36 @@ CREATE TABLE IF NOT EXISTS runs (
     error TEXT,
     started_at TEXT NOT NULL,
     finished_at TEXT
-);
-CREATE INDEX IF NOT EXISTS runs_by_problem ON runs (problem, started_at);
-CREATE TABLE IF NOT EXISTS rungs (
+)""",
+    "CREATE INDEX IF NOT EXISTS runs_by_problem ON runs (problem, started_at)",
+    """CREATE TABLE IF NOT EXISTS rungs (
     run_id TEXT NOT NULL REFERENCES runs (run_id),
     position INTEGER NOT NULL,
     name TEXT NOT NULL,
     status TEXT NOT NULL,
     result TEXT NOT NULL,
     PRIMARY KEY (run_id, position)
-);
-"""
+)""",
+)
+# What each later version adds to the one before it.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # A run's parent (the version it builds on), and the device's measured ceilings.
+    2: (
+        "ALTER TABLE runs ADD COLUMN parent TEXT",
+        "CREATE INDEX IF NOT EXISTS runs_by_solution ON runs (problem, solution, started_at)",
+        """CREATE TABLE IF NOT EXISTS calibrations (
+    device_name TEXT NOT NULL,
+    driver TEXT NOT NULL,
+    torch TEXT NOT NULL,
+    cuda TEXT NOT NULL,
+    method INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    measured_at TEXT NOT NULL,
+    PRIMARY KEY (device_name, driver, torch, cuda, method)
+)""",
+    ),
+}
+CALIBRATION_KEY = ("device_name", "driver", "torch", "cuda", "method")
 
 
 def now() -> str:
@@ -62,13 +82,32 @@ class Store:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=60000")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        version = self._version()
         if version > SCHEMA_VERSION:
             raise UsageError(f"{self.path} was written by a newer krung (schema {version})",
                              hint="upgrade krung, or use another store with --store")
-        with self._db:
-            self._db.executescript(_SCHEMA)
+        if version < SCHEMA_VERSION:
+            self._migrate()
+
+    def _version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        """Bring the schema up to date in one transaction; the write lock makes concurrent
+        openers wait, and the version is read again under it, so each step runs once."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._version()
+            steps = list(_SCHEMA_1) if version < 1 else []
+            for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                steps += _MIGRATIONS[target]
+            for statement in steps:
+                self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
         self._db.close()
@@ -86,10 +125,10 @@ class Store:
         run.started_at = run.started_at or now()
         self._write(
             "INSERT INTO runs (run_id, problem, problem_path, solution, source, source_sha256,"
-            " device, seed, rungs_requested, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            " device, seed, rungs_requested, started_at, parent) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (run.run_id, run.problem, run.problem_path, run.solution, run.source,
              run.source_sha256, run.device, run.seed, json.dumps(rungs_requested),
-             run.started_at))
+             run.started_at, run.parent))
 
     def add_rung(self, run_id: str, position: int, result: RungResult) -> None:
         self._write("INSERT OR REPLACE INTO rungs (run_id, position, name, status, result) "
@@ -138,6 +177,19 @@ class Store:
             (problem, limit)).fetchall()
         return [self._run(row) for row in rows]
 
+    def previous_run(self, problem: str, solution: str) -> str | None:
+        """The id of the newest run of this version file on this problem: the parent a new
+        run of the file gets when none is named."""
+        row = self._db.execute(
+            "SELECT run_id FROM runs WHERE problem=? AND solution=? "
+            "ORDER BY started_at DESC, rowid DESC LIMIT 1", (problem, solution)).fetchone()
+        return row["run_id"] if row else None
+
+    def children(self, run_id: str) -> list[str]:
+        """The ids of the runs that name this one as their parent, oldest first."""
+        return [r[0] for r in self._db.execute(
+            "SELECT run_id FROM runs WHERE parent=? ORDER BY started_at, rowid", (run_id,))]
+
     def problems(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT problem FROM runs ORDER BY 1")]
 
@@ -148,10 +200,29 @@ class Store:
                   solution=row["solution"], source_sha256=row["source_sha256"],
                   device=row["device"], rungs=rungs, env=json.loads(row["env"]),
                   seed=row["seed"], started_at=row["started_at"],
-                  finished_at=row["finished_at"], source=row["source"], error=row["error"])
+                  finished_at=row["finished_at"], source=row["source"], error=row["error"],
+                  parent=row["parent"])
         if row["state"] == "running":
             run.error = run.error or "unfinished: the evaluation was interrupted or is running"
         return run
+
+
+    # The device's measured ceilings (krung.calibration), one record per key.
+
+    def save_calibration(self, entry: dict[str, Any]) -> None:
+        """Keep a calibration `{"key": {...}, "record": {...}, "measured_at": ...}`; it
+        replaces one with the same key."""
+        key = entry["key"]
+        self._write("INSERT OR REPLACE INTO calibrations (device_name, driver, torch, cuda, "
+                    "method, record, measured_at) VALUES (?,?,?,?,?,?,?)",
+                    (*(key[k] for k in CALIBRATION_KEY), dumps(entry["record"]),
+                     entry.get("measured_at") or now()))
+
+    def calibrations(self) -> list[dict[str, Any]]:
+        """Every kept calibration, newest first."""
+        rows = self._db.execute("SELECT * FROM calibrations ORDER BY measured_at DESC")
+        return [{"key": {k: row[k] for k in CALIBRATION_KEY}, "record": json.loads(row["record"]),
+                 "measured_at": row["measured_at"]} for row in rows]
 
 
 @contextlib.contextmanager
@@ -170,13 +241,20 @@ def opened(store: str | Path | Store | None) -> Iterator[Store]:
 
 
 def summary_of(run: Run) -> dict[str, Any]:
-    """The figures a history line shows: verdict, first failure, time and speedup."""
+    """The figures a history line shows: verdict, first failure, time, speedup, how close
+    to the roofline, and the parent run."""
     bench = run.rung("benchmark")
     failed = next((r for r in run.rungs if r.status.value == "failed"), None)
+    roofline = run.rung("roofline")
+    # A suspect time fails the roofline rung, but its figures still say where it stood.
+    placed = roofline is not None and "pct_of_roofline" in roofline.figures
     return {
         "verdict": "ok" if run.ok else ("error" if run.error else "failed"),
         "failed_rung": failed.name if failed else None,
         "geomean_us": bench.figures.get("geomean_us") if bench and bench.ok else None,
         "speedup": bench.figures.get("speedup") if bench and bench.ok else None,
         "timer": bench.figures.get("timer") if bench and bench.ok else None,
+        "pct_of_roofline": roofline.figures.get("pct_of_roofline") if placed else None,
+        "roofline_verdict": roofline.figures.get("verdict") if placed else None,
+        "parent": run.parent,
     }

@@ -338,16 +338,22 @@ directory, the one holding this file: the runs are stored in `.krung/krung.db` h
 
 3. Read the result (next section). If a rung failed, fix the cause in a new version file.
 4. Once a version passes every rung, make it faster: write the next file (`versions/v2.py`,
-   `versions/v3.py`, ...), one idea at a time, and run each one the same way. Every version
-   climbs the correctness rungs again; a fast kernel that is wrong is worth nothing, so never
-   report or build on a version whose correctness rung did not pass.
+   `versions/v3.py`, ...), one idea at a time, and run each one the same way, naming the run
+   it builds on, so the history is a tree you can walk back:
+
+       krung run problem versions/v2.py --parent RUN_OF_V1 --format agent
+
+   Every version climbs the correctness rungs again; a fast kernel that is wrong is worth
+   nothing, so never report or build on a version whose correctness rung did not pass.
 5. Compare versions:
 
-       krung history problem      # every run, newest first: verdict, time, speedup
-       krung best problem         # the fastest version that passed every rung
+       krung history problem      # every run, newest first: verdict, time, speedup, % of roofline, parent
+       krung best problem         # the fastest version that passed every rung (--by roofline)
        krung show RUN             # one run again (its id, or a unique prefix), --source for its code
+       krung report problem -o report.html   # one HTML page: roofline chart, timeline, every version
 
-6. Find out why it is slow: artifacts, profile and roofline (below), then back to 4.
+6. Find out why it is slow: artifacts, profile and roofline (below), then back to 4. Stop
+   when the roofline rung says `verdict=at-roofline`: then only less work can help.
 
 While fixing a failure, leave the benchmark out to get answers sooner, then run the whole
 ladder again before you count the version:
@@ -381,7 +387,8 @@ The rungs, in order: {{rungs}}. Each prints one line when it finishes:
   (correctness, with `failed_cases`, `first_mismatch` and `mismatch_region`); `Timeout`,
   `WorkerCrashed` (a hang, a segfault, an illegal memory access: the worker process was
   killed or died); or your own code's exception type.
-- `skipped` is followed by why: a rung it needs failed.
+- `skipped` is followed by why: a rung it needs failed, or this machine cannot climb it
+  (the roofline needs a GPU); a rung skipped for the machine does not fail the run.
 - correctness: `max_abs_err`, `max_rel_err`, `psnr_db`, `cossim` against the reference,
   computed in float64; a per-case table follows (passed, seeds, errors, mismatches). An
   element passes when |out - ref| <= atol + rtol * |ref| (the per-dtype policy).
@@ -390,9 +397,10 @@ The rungs, in order: {{rungs}}. Each prints one line when it finishes:
   timed the same way; `speedup` = ref_median_us / median_us, so above 1 is faster than the
   reference. The `[benchmark]` line's `geomean_us` and `speedup` are geometric means over the
   bench cases: compare versions by them, on the same device.
-- The last line is the verdict: `OK  run ID: every rung passed`, `FAILED  run ID: ...
-  failed`, or `ERROR` (krung itself failed: run it again). The exit status is 0 when every
-  rung passed, 1 when a rung failed, 2 for bad usage or a broken problem, 3 when krung failed.
+- The last line is the verdict: `OK  run ID: every rung passed` (or `every rung that could
+  run passed (roofline skipped)` without a GPU), `FAILED  run ID: ... failed`, or `ERROR`
+  (krung itself failed: run it again). The exit status is 0 when no rung failed, 1 when a
+  rung failed, 2 for bad usage or a broken problem, 3 when krung failed.
 - On a machine without a GPU the first line says `device: cpu`: Triton kernels run under
   Triton's interpreter on CPU tensors, and every time (`clock=cpu-wall`) is interpreter
   wall-clock time. Such times say nothing about GPU speed: there, only correctness counts;
@@ -401,12 +409,14 @@ The rungs, in order: {{rungs}}. Each prints one line when it finishes:
 
 ## Artifacts, profile, roofline
 
-- Roofline, from the benchmark's per-case table and the problem's work counts: achieved
-  bandwidth in GB/s = bytes_moved(case) / median_us / 1e3, achieved TFLOP/s =
-  flops(case) / median_us / 1e6. Set them against the GPU's peaks (H100 SXM: about 3.35 TB/s
-  and 990 dense bf16 TFLOP/s; H200: about 4.8 TB/s and the same FLOP/s). A kernel whose
-  flops / bytes_moved is below peak FLOP/s / peak bandwidth is memory-bound: move fewer bytes
-  (fuse, keep data in registers or shared memory, vectorise loads) rather than do less math.
+- Roofline (GPU): the `roofline` rung sets each bench case's time against the GPU's measured
+  ceilings (`krung calibrate` prints them beside the datasheet): achieved TFLOP/s and GB/s,
+  arithmetic intensity (flops / bytes_moved), the ceiling that binds (DRAM bandwidth, or the
+  math peak of the case's dtype), `pct` of it, a verdict (`at-roofline` at 90% or more,
+  else `below`) and the likely `limiter`. A time faster than the ceilings allow fails the
+  rung as `SuspectTime`: the version skips work. A memory-bound kernel gets faster by moving
+  fewer bytes (fuse, keep data in registers or shared memory, vectorise loads), not by doing
+  less math.
 - Artifacts and profile: what the compiler made (PTX, SASS, registers and shared memory per
   thread, spills) and what the GPU did (Nsight Compute). When `krung run --help` lists
   `artifacts`, `profile` or `roofline` among the rungs, run them in the ladder and read their

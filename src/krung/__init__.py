@@ -3,6 +3,7 @@
 The public API. The `krung` command and the MCP server use only what is exported here.
 """
 
+from krung.batch import run_batch
 from krung.context import (
     ContextEntry,
     add_context,
@@ -20,6 +21,7 @@ from krung.report import agent_summary
 from krung.results import Run, RungResult, Status
 from krung.runfiles import KINDS as FILE_KINDS
 from krung.runfiles import RunFile, read_run_file, run_files
+from krung.scale import Executor, Job, Outcome, make_executor
 from krung.schema import run_schema
 from krung.settings import Settings
 from krung.solution import save_version
@@ -34,7 +36,10 @@ __all__ = [
     "FILE_KINDS",
     "RUNGS",
     "ContextEntry",
+    "Executor",
+    "Job",
     "KrungError",
+    "Outcome",
     "ProblemError",
     "Run",
     "RunFile",
@@ -56,7 +61,9 @@ __all__ = [
     "init_workspace",
     "list_context",
     "list_problems",
+    "make_executor",
     "read_run_file",
+    "run_batch",
     "run_files",
     "run_schema",
     "save_version",

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import cli_workspace, display, report
+from krung import cli_scale, cli_workspace, display, report
 from krung.scaffold import scaffold
 from krung.store import summary_of
 
@@ -274,6 +274,8 @@ def _brief(run: krung.Run) -> dict[str, Any]:
 app.command()(cli_workspace.init)
 app.command()(cli_workspace.watch)
 app.add_typer(cli_workspace.context_app, name="context")
+# Many versions at once, on local GPUs, a Ray cluster or a remote host (cli_scale.py).
+app.command()(cli_scale.batch)
 
 
 def main() -> None:

@@ -42,11 +42,14 @@ def evaluate(
     on_result: OnResult | None = None,
     on_progress: OnProgress | None = None,
     on_env: OnEnv | None = None,
+    env: dict[str, str] | None = None,
 ) -> Run:
     """Climb the ladder for `solution` on `problem` and return the recorded Run.
 
     Raises ProblemError when the problem is broken and UsageError for bad arguments; a
     version that fails, crashes or hangs is a Run whose rung says so, never an exception.
+    `env` adds variables to the judge's and the worker's environment (an executor pins a GPU
+    with CUDA_VISIBLE_DEVICES this way).
     """
     settings = (settings or Settings.from_env()).replace(device=device)
     problem_dir = find_problem(problem)
@@ -66,7 +69,7 @@ def evaluate(
             "settings": {k: str(v) if isinstance(v, Path) else v
                          for k, v in settings.__dict__.items()},
         }
-        _drive_judge(run, db, request, settings, on_result, on_progress, on_env)
+        _drive_judge(run, db, request, settings, on_result, on_progress, on_env, env or {})
         db.finish(run)
         return run
     finally:
@@ -76,10 +79,10 @@ def evaluate(
 
 def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
                  on_result: OnResult | None, on_progress: OnProgress | None,
-                 on_env: OnEnv | None) -> None:
+                 on_env: OnEnv | None, env: dict[str, str]) -> None:
     run_dir = Path(request["run_dir"])
     process, channel = spawn("krung.judge", [], log=run_dir / "judge.log",
-                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                             env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     # The judge reports at least once per step, and each step has its own timeout there.
     silence_limit = max(settings.compile_timeout_s, settings.call_timeout_s,
                         settings.bench_timeout_s) + 120

@@ -191,10 +191,11 @@ def test_ray_executor_on_a_local_instance(scale_problem, version, settings):
 def test_batch_command_prints_progress_and_the_table(krung, scale_problem, version):
     versions = [version("good", GOOD), version("tail", TAIL_BUG)]
     result = krung("batch", scale_problem, *versions, "--rungs", CORRECTNESS, "--workers", "2")
-    assert result.code == 1  # one of the two fails
+    said = result.stdout + result.stderr
+    assert result.code == 1, said  # one of the two fails
     lines = result.stdout.splitlines()
     assert lines[0] == f"batch: 2 version(s) of {scale_problem}, local executor, 2 at once"
-    assert {line.split()[0] for line in lines[1:3]} == {"[1/2]", "[2/2]"}
-    assert "1/2 passed" in result.stdout
+    assert {line.split()[0] for line in lines[1:3]} == {"[1/2]", "[2/2]"}, said
+    assert "1/2 passed" in result.stdout, said
     data = krung("batch", scale_problem, versions[0], "--rungs", "static", "--json").json()
     assert data["passed"] == 1 and data["outcomes"][0]["run"]["ok"]

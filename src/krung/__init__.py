@@ -3,6 +3,7 @@
 The public API. The `krung` command and the MCP server use only what is exported here.
 """
 
+from krung.batch import run_batch
 from krung.calibration import Calibration, calibrate, calibrations
 from krung.context import (
     ContextEntry,
@@ -23,6 +24,7 @@ from krung.report import agent_summary
 from krung.results import Run, RungResult, Status
 from krung.runfiles import KINDS as FILE_KINDS
 from krung.runfiles import RunFile, read_run_file, run_files
+from krung.scale import Executor, Job, Outcome, make_executor
 from krung.schema import run_schema
 from krung.settings import Settings
 from krung.solution import save_version
@@ -41,7 +43,10 @@ __all__ = [
     "Calibration",
     "ContextEntry",
     "Entry",
+    "Executor",
+    "Job",
     "KrungError",
+    "Outcome",
     "ProblemError",
     "ReportFiles",
     "Run",
@@ -72,7 +77,9 @@ __all__ = [
     "lineage",
     "list_context",
     "list_problems",
+    "make_executor",
     "read_run_file",
+    "run_batch",
     "run_files",
     "run_schema",
     "run_suite",

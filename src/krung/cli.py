@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 import krung
-from krung import cli_artifacts, cli_roofline, cli_suite, cli_workspace, display, report
+from krung import cli_artifacts, cli_roofline, cli_scale, cli_suite, cli_workspace, display, report
 from krung.scaffold import scaffold
 
 
@@ -288,6 +288,8 @@ app.command()(cli_artifacts.diff)
 app.command()(cli_workspace.init)
 app.command()(cli_workspace.watch)
 app.add_typer(cli_workspace.context_app, name="context")
+# Many versions at once, on local GPUs, a Ray cluster or a remote host (cli_scale.py).
+app.command()(cli_scale.batch)
 
 # The device's ceilings and the HTML report: `krung calibrate`, `krung report` (cli_roofline.py).
 app.command()(cli_roofline.calibrate)

@@ -50,6 +50,7 @@ def evaluate(
     on_progress: OnProgress | None = None,
     on_env: OnEnv | None = None,
     parent: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Run:
     """Climb the ladder for `solution` on `problem` and return the recorded Run.
 
@@ -57,9 +58,10 @@ def evaluate(
     KernelBench file, a GPU MODE directory) or a built-in name; `precision` (fp32, fp16,
     bf16) casts a KernelBench problem's inputs and weights. The run's parent is the run
     `parent` names (an id or a unique prefix), or else the previous run of the same version
-    file on this problem. Raises ProblemError when the problem is broken and UsageError for
-    bad arguments; a version that fails, crashes or hangs is a Run whose rung says so, never
-    an exception.
+    file on this problem. `env` adds variables to the judge's and the worker's environment
+    (an executor pins a GPU with CUDA_VISIBLE_DEVICES this way). Raises ProblemError when
+    the problem is broken and UsageError for bad arguments; a version that fails, crashes or
+    hangs is a Run whose rung says so, never an exception.
     """
     settings = (settings or Settings.from_env()).replace(device=device)
     problem_dir = find_problem(problem)
@@ -87,7 +89,7 @@ def evaluate(
             # The roofline rung reads the device's ceilings measured before, if any.
             "calibrations": db.calibrations() if "roofline" in names else [],
         }
-        _drive_judge(run, db, request, settings, on_result, on_progress, on_env)
+        _drive_judge(run, db, request, settings, on_result, on_progress, on_env, env or {})
         db.finish(run)
         return run
     finally:
@@ -108,10 +110,10 @@ def _parent(db: Store, named: str | None, run: Run) -> str | None:
 
 def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
                  on_result: OnResult | None, on_progress: OnProgress | None,
-                 on_env: OnEnv | None) -> None:
+                 on_env: OnEnv | None, env: dict[str, str]) -> None:
     run_dir = Path(request["run_dir"])
     process, channel = spawn("krung.judge", [], log=run_dir / "judge.log",
-                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                             env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
     # The judge reports at least once per step, and each step has its own timeout there.
     silence_limit = max(settings.compile_timeout_s, settings.call_timeout_s,
                         settings.bench_timeout_s) + 120

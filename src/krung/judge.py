@@ -102,7 +102,9 @@ def environment(device: str) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(device_name=props.name, sm=f"{props.major}.{props.minor}",
                    sms=props.multi_processor_count, l2_bytes=props.L2_cache_size,
-                   memory_bytes=props.total_memory, driver=_driver_version())
+                   memory_bytes=props.total_memory, driver=_driver_version(),
+                   device_uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None,
+                   visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     else:
         env["device_name"] = "cpu"
     return env

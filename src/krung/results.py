@@ -116,6 +116,13 @@ class Run:
             data["source"] = self.source
         return data
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Run:
+        """A run as `to_json(with_source=True)` wrote it (e.g. on another machine)."""
+        known = {k: v for k, v in data.items()
+                 if k in cls.__dataclass_fields__ and k != "rungs"}
+        return cls(**known, rungs=[RungResult.from_json(r) for r in data.get("rungs", [])])
+
 
 def json_safe(value: Any) -> Any:
     """Figures as strict JSON: no NaN or Infinity (they become null), tuples as lists."""

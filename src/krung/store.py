@@ -147,6 +147,22 @@ class Store:
                     ("broken" if run.error else "done", int(run.ok), run.error, run.device,
                      dumps(run.env), run.finished_at, run.run_id))
 
+    def import_run(self, run: Run, rungs_requested: list[str] | None = None) -> Run:
+        """Record a whole run evaluated elsewhere (a Ray task, a remote host). It keeps its
+        id unless this store already has one like it."""
+        exists = self._db.execute("SELECT 1 FROM runs WHERE run_id=?", (run.run_id,)).fetchone()
+        if exists or not run.run_id:
+            run.run_id = secrets.token_hex(4)
+        self.begin(run, rungs_requested or [r.name for r in run.rungs])
+        for position, result in enumerate(run.rungs):
+            self.add_rung(run.run_id, position, result)
+        finished_at = run.finished_at
+        self.finish(run)
+        if finished_at:  # keep the remote timestamp, not the time of the import
+            run.finished_at = finished_at
+            self._write("UPDATE runs SET finished_at=? WHERE run_id=?", (finished_at, run.run_id))
+        return run
+
     def discard(self, run_id: str) -> None:
         with self._db:
             self._db.execute("DELETE FROM rungs WHERE run_id=?", (run_id,))

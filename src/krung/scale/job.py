@@ -1,0 +1,109 @@
+"""One evaluation packed to run somewhere else, and its run brought back.
+
+`pack` makes a tar.gz of everything the evaluation needs: the problem directory, the version
+(and the files beside it that its source names, such as a `.cu` file), the job's options and
+(for hosts without krung) krung's own sources. On the other side,
+`python -m krung.scale.job DIR` (or `run_packed`) evaluates it with a store of its own and
+prints one JSON object: the run, with its source, and the small files of its artifact folder.
+`receive` imports that run into the caller's store, with the caller's paths, and writes the
+files into its artifact folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import sys
+import tarfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from krung.problem import find_problem
+from krung.results import Run
+from krung.scale import Job
+from krung.settings import Settings
+from krung.solution import read_solution
+from krung.store import Store
+
+MAX_SHIPPED_FILE = 64 << 20  # problem files larger than this stay home
+MAX_RETURNED_FILE = 8 << 20  # artifact files larger than this are not sent back
+_SKIP = {"__pycache__", ".git", ".krung", "solutions"}
+
+
+def pack(job: Job, settings: Settings, with_krung: bool = True) -> bytes:
+    problem_dir = find_problem(job.problem)
+    version = read_solution(job.solution)
+    spec = {"job": asdict(job), "problem": problem_dir.name, "version": version.name,
+            "settings": {k: v for k, v in asdict(settings).items() if k != "store"}}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        _add_bytes(tar, "job.json", json.dumps(spec, default=str).encode())
+        for path in sorted(problem_dir.rglob("*")):
+            relative = path.relative_to(problem_dir)
+            if path.is_file() and not _SKIP & set(relative.parts) and \
+                    path.stat().st_size <= MAX_SHIPPED_FILE:
+                tar.add(path, arcname=f"problem/{problem_dir.name}/{relative}")
+        tar.add(version.path, arcname=f"version/{version.name}")
+        for sibling in sorted(version.path.parent.iterdir()):  # files the version names
+            if sibling.is_file() and sibling != version.path and sibling.name in version.source \
+                    and sibling.stat().st_size <= MAX_SHIPPED_FILE:
+                tar.add(sibling, arcname=f"version/{sibling.name}")
+        if with_krung:
+            package = Path(__file__).resolve().parent.parent
+            for path in sorted(package.rglob("*.py")):
+                tar.add(path, arcname=f"src/krung/{path.relative_to(package)}")
+    return buffer.getvalue()
+
+
+def unpack(data: bytes, workdir: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(workdir, filter="data")
+
+
+def run_packed(workdir: Path) -> dict[str, Any]:
+    """Evaluate an unpacked job in `workdir`; the run and its files as JSON-ready data."""
+    from krung.evaluate import evaluate
+
+    spec = json.loads((workdir / "job.json").read_text())
+    job = spec["job"]
+    settings = Settings(store=workdir / "store" / "krung.db",
+                        **{k: v for k, v in spec["settings"].items()
+                           if k in Settings.__dataclass_fields__})
+    run = evaluate(workdir / "problem" / spec["problem"], workdir / "version" / spec["version"],
+                   rungs=job["rungs"], device=job["device"], seed=job["seed"], settings=settings)
+    folder = workdir / "store" / "runs" / run.run_id
+    files = {p.name: base64.b64encode(p.read_bytes()).decode()
+             for p in sorted(folder.glob("*")) if p.is_file()
+             and p.stat().st_size <= MAX_RETURNED_FILE} if folder.is_dir() else {}
+    return {"run": run.to_json(with_source=True), "files": files}
+
+
+def receive(result: dict[str, Any], job: Job, store: Store, where: str) -> Run:
+    """Import a run evaluated elsewhere; its paths become the caller's, `where` is noted."""
+    run = Run.from_json(result["run"])
+    run.problem_path = str(find_problem(job.problem))
+    run.solution = str(read_solution(job.solution).path)
+    run.env = {**run.env, "evaluated_on": where}
+    store.import_run(run)
+    folder = store.artifacts_dir(run.run_id)
+    for name, data in result.get("files", {}).items():
+        (folder / Path(name).name).write_bytes(base64.b64decode(data))
+    return run
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def main() -> None:
+    """`python -m krung.scale.job DIR`: DIR holds an unpacked job; prints its result."""
+    result = run_packed(Path(sys.argv[1]))
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

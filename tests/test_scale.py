@@ -1,0 +1,201 @@
+"""Executors: many evaluations through the local pool, a packed job, a real sshd on loopback,
+and a local Ray instance. Every run lands in the caller's store, crashes included."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import krung
+from krung.results import Run
+from krung.scale import Job
+from krung.scale.job import pack, receive, unpack
+from krung.settings import Settings
+from krung.store import Store
+from tests.conftest import GOOD, TAIL_BUG
+
+SEGFAULT = "import ctypes\ndef kernel(x):\n    return ctypes.string_at(0)\n"
+# Says which GPU slot it was given (its stdout goes to the run's worker.log).
+SAYS_SLOT = """
+import os
+print("slot", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+def kernel(x):
+    return x * 2 + 1
+"""
+CORRECTNESS = "static,compile,run,correctness"
+
+
+@pytest.fixture
+def settings(store) -> Settings:
+    return Settings(store=store, device="cpu")
+
+
+def test_local_pool_records_every_version_crashes_included(scale_problem, version, settings):
+    versions = [version("good", GOOD), version("tail", TAIL_BUG), version("segv", SEGFAULT),
+                version("good2", GOOD)]
+    executor = krung.make_executor("local", workers=2)
+    assert executor.slots == 2
+    seen = []
+    outcomes = krung.run_batch(str(scale_problem), versions, executor, settings,
+                               rungs=CORRECTNESS, on_outcome=lambda o, i, n: seen.append((i, n)))
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    by_name = {Path(o.job.solution).stem: o.run for o in outcomes}
+    assert by_name["good"].ok and by_name["good2"].ok
+    assert by_name["tail"].rung("correctness").error_type == "Mismatch"
+    assert by_name["segv"].rung("compile").error_type == "WorkerCrashed"
+    stored = Store(settings.store).history("scale")
+    assert sorted(r.run_id for r in stored) == sorted(r.run_id for r in by_name.values())
+
+
+def test_gpu_slots_pin_each_evaluation_and_refuse_shared_benchmarks(scale_problem, version,
+                                                                    settings):
+    versions = [version(f"slot{i}", SAYS_SLOT) for i in range(4)]
+    executor = krung.make_executor("local", gpus=["0", "1"])
+    outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs="static,compile")
+                                  for v in versions], settings))
+    store = Store(settings.store)
+    slots = set()
+    for outcome in outcomes:
+        log = (store.artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
+        slots.add(log.split("slot", 1)[1].split()[0])
+    assert slots == {"0", "1"}
+
+    shared = krung.make_executor("local", gpus=["0"], per_gpu=2)
+    with pytest.raises(krung.UsageError, match="two benchmarks would share a GPU"):
+        list(shared.map([Job(str(scale_problem), str(versions[0]))], settings))
+
+
+def test_a_missing_version_is_an_outcome_not_an_abort(scale_problem, version, settings,
+                                                      tmp_path):
+    jobs = [Job(str(scale_problem), str(tmp_path / "nope.py"), rungs="static"),
+            Job(str(scale_problem), str(version("good", GOOD)), rungs="static")]
+    outcomes = list(krung.make_executor("local").map(jobs, settings))
+    missing = next(o for o in outcomes if o.run is None)
+    assert "no version file" in missing.error and missing.hint
+    assert sum(o.run is not None and o.run.ok for o in outcomes) == 1
+
+
+def test_a_packed_job_runs_elsewhere_with_krung_shipped_and_comes_back(
+        scale_problem, version, settings, tmp_path):
+    job = Job(str(scale_problem), str(version("good", GOOD)), rungs=CORRECTNESS, seed=11)
+    remote = tmp_path / "elsewhere"
+    unpack(pack(job, settings), remote)
+    assert (remote / "src" / "krung" / "worker.py").is_file()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(remote / "src")  # only the shipped krung
+    done = subprocess.run([sys.executable, "-m", "krung.scale.job", str(remote)], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=remote)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    store = Store(settings.store)
+    run = receive(result, job, store, where="test")
+    assert run.ok and run.seed == 11
+    back = store.get(run.run_id)
+    assert back.solution == str(Path(job.solution).resolve())
+    assert back.env["evaluated_on"] == "test"
+    assert (store.artifacts_dir(run.run_id) / "worker.log").is_file()
+    # The same run imported again gets a fresh id instead of overwriting the first.
+    again = store.import_run(Run.from_json(result["run"]))
+    assert again.run_id != run.run_id
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    """A real sshd on a free loopback port, with a key only this test knows."""
+    server = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not Path(server).exists():
+        pytest.skip("no sshd here (Debian package openssh-server)")
+    keys = tmp_path / "ssh"
+    keys.mkdir()
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)],
+                       check=True)
+    shutil.copy(keys / "user.pub", keys / "authorized_keys")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = keys / "sshd_config"
+    config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
+                      f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {keys / 'pid'}\n"
+                      "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                      "UsePAM no\nStrictModes no\nPermitRootLogin yes\n"
+                      "AcceptEnv PYTHONPATH\n")
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    log = keys / "sshd.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen([server, "-D", "-e", "-f", str(config)], stderr=sink)
+    options = ["-i", str(keys / "user"), "-p", str(port), "-o", "StrictHostKeyChecking=no",
+               "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+    target = f"{os.environ.get('USER', 'root')}@127.0.0.1"
+    for _ in range(50):
+        if subprocess.run(["ssh", *options, target, "true"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.2)
+    else:
+        process.kill()
+        pytest.fail(f"sshd did not come up: {log.read_text()[-1000:]}")
+    yield target, options
+    process.kill()
+    process.wait()
+
+
+def test_ssh_executor_evaluates_on_the_remote_host(sshd, scale_problem, version, settings):
+    target, options = sshd
+    executor = krung.make_executor("ssh", remote=target, ssh_options=options,
+                                   python=sys.executable, workers=2)
+    versions = [version("good", GOOD), version("tail", TAIL_BUG)]
+    outcomes = krung.run_batch(str(scale_problem), versions, executor, settings,
+                               rungs=CORRECTNESS)
+    runs = {Path(o.job.solution).stem: o.run for o in outcomes}
+    assert runs["good"].ok and not runs["tail"].ok
+    for run in runs.values():
+        stored = Store(settings.store).get(run.run_id)
+        assert stored.env["evaluated_on"] == f"ssh:{target}"
+        assert stored.source.strip() in (GOOD.strip(), TAIL_BUG.strip())
+
+
+def test_ssh_executor_explains_an_unreachable_host(scale_problem, version, settings):
+    executor = krung.make_executor("ssh", remote="nobody@127.0.0.1",
+                                   ssh_options=["-p", "1", "-o", "ConnectTimeout=5"])
+    outcome = next(executor.map([Job(str(scale_problem), str(version("good", GOOD)))],
+                                settings))
+    assert outcome.run is None
+    assert outcome.error.startswith("RemoteFailed: ssh nobody@127.0.0.1 exited with 255")
+    assert "without a password" in outcome.hint
+
+
+def test_ray_executor_on_a_local_instance(scale_problem, version, settings):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        executor = krung.make_executor("ray")
+        versions = [version("good", GOOD), version("segv", SEGFAULT)]
+        outcomes = krung.run_batch(str(scale_problem), versions, executor, settings,
+                                   rungs=CORRECTNESS)
+    finally:
+        ray.shutdown()
+    runs = {Path(o.job.solution).stem: o.run for o in outcomes}
+    assert runs["good"].ok
+    assert runs["segv"].rung("compile").error_type == "WorkerCrashed"
+    assert Store(settings.store).get(runs["good"].run_id).env["evaluated_on"] == "ray:local"
+
+
+def test_batch_command_prints_progress_and_the_table(krung, scale_problem, version):
+    versions = [version("good", GOOD), version("tail", TAIL_BUG)]
+    result = krung("batch", scale_problem, *versions, "--rungs", CORRECTNESS, "--workers", "2")
+    said = result.stdout + result.stderr
+    assert result.code == 1, said  # one of the two fails
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"batch: 2 version(s) of {scale_problem}, local executor, 2 at once"
+    assert {line.split()[0] for line in lines[1:3]} == {"[1/2]", "[2/2]"}, said
+    assert "1/2 passed" in result.stdout, said
+    data = krung("batch", scale_problem, versions[0], "--rungs", "static", "--json").json()
+    assert data["passed"] == 1 and data["outcomes"][0]["run"]["ok"]

@@ -68,4 +68,6 @@ def test_builtin_versions_on_the_gpu(solution, store):
         assert run.ok, lines
         assert run.rung("benchmark").figures["timer"] == "cupti"
     else:
-        assert run.rung("correctness").status is krung.Status.FAILED, lines
+        # The poisoned output memory may already show in the run rung's first call.
+        assert krung.Status.FAILED in (run.rung("run").status,
+                                       run.rung("correctness").status), lines

@@ -93,7 +93,8 @@ def busy_kernel(x_ptr, y_ptr, n, trace, BLOCK: tl.constexpr, ITERS: tl.constexpr
     for _ in range(2 * ITERS):
         acc = acc * 0.999 + 0.001
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offs, x * 2 + 1 + acc * 0, mask=offs < n)  # y = 2x + 1, after the work
+    # y = 2x + 1 after the work; acc (near 1) decides nothing but keeps the loop alive
+    tl.store(y_ptr + offs, tl.where(acc == 12345.5, acc, x * 2 + 1), mask=offs < n)
     kt.stop(trace, 1)
 
 

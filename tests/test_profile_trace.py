@@ -127,3 +127,28 @@ def test_trace_records_become_a_chrome_trace_and_region_figures():
     first = events[0]
     assert first == {"name": "load", "ph": "X", "pid": "k", "tid": "SM 3", "ts": 0.0,
                      "dur": 0.4, "args": {"program": 0}}
+
+
+def test_a_report_read_from_ncus_csv_where_ncu_report_is_missing():
+    """Some installs lack extras/python: the summary then comes from ncu's CSV export."""
+    import random
+
+    from krung import profile
+
+    ns, regs, mhz = random.randint(1000, 90000), random.choice([24, 32, 40]), 1755
+    text = (
+        "==PROF== Disconnected\n"
+        '"ID","Process ID","Kernel Name","gpu__time_duration.sum","launch__registers_per_thread",'
+        '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",'
+        '"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",'
+        '"smsp__average_warps_issue_stalled_selected_per_issue_active.ratio",'
+        '"sm__cycles_elapsed.avg.per_second"\n'
+        '"","","","ns","register/thread","ratio","ratio","ratio","Hz"\n'
+        f'"0","4242","add_kernel","{ns:,}","{regs}","3.5","0.75","1","{mhz * 10**6:,}"\n')
+    [kernel] = profile.summarise_csv(text)
+    assert kernel["kernel"] == "add_kernel"
+    assert kernel["duration_ns"] == ns and kernel["registers"] == regs
+    assert kernel["sm_mhz"] == mhz
+    assert kernel["top_stalls"] == [{"reason": "long_scoreboard", "cycles_per_issue": 3.5},
+                                    {"reason": "wait", "cycles_per_issue": 0.75}]
+    assert kernel["findings"] == []

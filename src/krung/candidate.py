@@ -36,8 +36,9 @@ _SIGNALS = {
 class Candidate:
     def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False,
                  max_file_bytes: int = 1 << 30, prefix: list[str] | None = None,
-                 log_name: str = "worker.log"):
+                 log_name: str = "worker.log", env: dict[str, str] | None = None):
         self.device = device
+        self.extra_env = env or {}
         self.prefix = prefix or []  # a tool to run the worker under (compute-sanitizer)
         self.cuda_ipc = cuda_ipc
         self.max_file_bytes = max_file_bytes
@@ -52,13 +53,15 @@ class Candidate:
     def start(self) -> None:
         # MALLOC_PERTURB_: glibc fills every block it hands out with 0x7F bytes (huge values
         # or NaN in every float type), so a CPU output that is not fully written is garbage.
-        env = dict(os.environ, PYTHONUNBUFFERED="1", MALLOC_PERTURB_="128")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", MALLOC_PERTURB_="128", **self.extra_env)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         self.started_at = time.perf_counter()
         args = ["--device", self.device, "--max-file-bytes", str(self.max_file_bytes)]
         if self.cuda_ipc:
             args.append("--cuda-ipc")
+        if not self.prefix:  # CUPTI would collide with ncu's or compute-sanitizer's hooks
+            args.append("--warm-profiler")
         self.process, self.channel = spawn("krung.worker", args, log=self.log, env=env,
                                            new_session=True, prefix=self.prefix)
 

@@ -83,7 +83,12 @@ def batch(
         }, indent=2) + "\n")
     else:
         if runs:
+            from krung.history_tree import entries_for, lookup_in
+            from krung.store import opened
+
+            with opened(settings.store) as db:  # the runs' parents, for the change from them
+                entries = entries_for(runs, lookup_in(db))
             out.print()
-            out.print(report.history_table(runs, f"{passed}/{len(outcomes)} passed"))
+            out.print(report.history_table(entries, f"{passed}/{len(outcomes)} passed"))
     if passed < len(outcomes):
         raise typer.Exit(FAILED)

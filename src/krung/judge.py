@@ -40,6 +40,10 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
         device = resolve_device(request["device"])
         if device == "cuda":
             candidate.use_cuda_ipc()
+            if {"benchmark", "roofline"} & set(request["rungs"]):  # the reference is timed too
+                from krung.timing import warm_profiler
+
+                warm_profiler()
         problem = load_problem(Path(request["problem"]), request.get("precision"))
         settings = _capped(settings, problem)
         if problem.setup is not None:  # e.g. KernelBench: the reference model's weights

@@ -6,12 +6,14 @@ most LAUNCH_COUNT of them, with `--clock-control none` by default (the GPU's own
 the benchmark saw them; KRUNG_PROFILE_CLOCK_CONTROL=base locks them). The report is read with
 Nsight Compute's own Python module, `ncu_report` (in `extras/python` next to the ncu binary),
 in a child process (`python -m krung.profile REPORT`) so its native library never loads into
-the judge.
+the judge; where an install has no `extras/python`, from ncu's own CSV export of the report.
 """
 
 from __future__ import annotations
 
+import csv
 import glob
+import io
 import json
 import os
 import re
@@ -25,6 +27,9 @@ NVTX_RANGE = "krung_version"
 LAUNCH_COUNT = 32
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
             "WarpStateStats")
+# Summary figures no section above collects (DRAM traffic is in no section's header).
+EXTRA_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum",
+                 "sm__cycles_elapsed.avg.per_second")
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
 PERMISSION_HINT = (
     "the driver lets only administrators read GPU performance counters: run krung as root "
@@ -66,14 +71,21 @@ def find_ncu() -> str | None:
     return None
 
 
+# Where Nsight Compute installs put `extras/python`, when ncu on PATH is a wrapper script
+# (the CUDA toolkit's bin/ncu is one) rather than a link to the real binary.
+REPORT_MODULE_GLOBS = ("/usr/local/cuda*/nsight-compute*/extras/python",
+                       "/opt/nvidia/nsight-compute/*/extras/python",
+                       "/usr/lib/nsight-compute*/extras/python")
+
+
 def report_module_dir(ncu: str) -> Path | None:
-    """Where `ncu_report.py` is: `extras/python` beside the real ncu binary."""
+    """Where `ncu_report.py` is: `extras/python` beside the real ncu binary, or in one of
+    the usual install folders (the newest first)."""
     real = Path(os.path.realpath(ncu)).parent
-    for folder in (real, *real.parents[:2]):
-        candidate = folder / "extras" / "python"
-        if (candidate / "ncu_report.py").is_file():
-            return candidate
-    return None
+    near = [folder / "extras" / "python" for folder in (real, *real.parents[:2])]
+    usual = [Path(p) for pattern in REPORT_MODULE_GLOBS
+             for p in sorted(glob.glob(pattern), reverse=True)]
+    return next((c for c in (*near, *usual) if (c / "ncu_report.py").is_file()), None)
 
 
 def command(ncu: str, report: Path, *, clock_control: str = "none",
@@ -82,7 +94,7 @@ def command(ncu: str, report: Path, *, clock_control: str = "none",
     sections = [*SECTIONS, *(("SourceCounters",) if source_counters else ())]
     args = [ncu, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
             "--launch-count", str(launch_count), "--clock-control", clock_control,
-            "--export", str(report), "--force-overwrite"]
+            "--export", str(report), "--force-overwrite", "--metrics", ",".join(EXTRA_METRICS)]
     for section in sections:
         args += ["--section", section]
     return args
@@ -91,8 +103,8 @@ def command(ncu: str, report: Path, *, clock_control: str = "none",
 def read_report(ncu: str, report: Path, timeout: float = 300) -> list[dict[str, Any]]:
     """The per-kernel summaries of a report, read by ncu_report in a child process."""
     module_dir = report_module_dir(ncu)
-    if module_dir is None:
-        raise FileNotFoundError(f"no ncu_report.py in extras/python next to {ncu}")
+    if module_dir is None:  # an install without extras/python: ncu's own CSV export
+        return read_report_csv(ncu, report, timeout)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(module_dir), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     done = subprocess.run([sys.executable, "-m", "krung.profile", str(report)],
@@ -101,6 +113,44 @@ def read_report(ncu: str, report: Path, timeout: float = 300) -> list[dict[str, 
         raise RuntimeError(f"reading {report.name} with ncu_report failed: "
                            f"{done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout)
+
+
+def read_report_csv(ncu: str, report: Path, timeout: float = 300) -> list[dict[str, Any]]:
+    """The same summaries from `ncu --import REPORT --csv --page raw` (no rule findings: only
+    ncu_report gives those)."""
+    done = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw",
+                           "--print-units", "base"],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"ncu --import {report.name} --csv failed: "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return summarise_csv(done.stdout)
+
+
+def summarise_csv(text: str) -> list[dict[str, Any]]:
+    """Per-kernel summaries from ncu's raw-page CSV: a header, a units row, a row a kernel."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    rows = [r for r in csv.DictReader(io.StringIO("\n".join(lines)))
+            if r.get("ID", "").strip().isdigit()]  # not the units row
+    return [summarise_row(row) for row in rows]
+
+
+def summarise_row(row: dict[str, str]) -> dict[str, Any]:
+    """One kernel's summary from its CSV row (metric name -> printed value)."""
+    values = {name: _csv_number(text) for name, text in row.items() if name}
+    found: dict[str, Any] = {"kernel": row.get("Kernel Name", "?")}
+    for key, metric in METRICS.items():
+        if metric in values:
+            found[key] = values[metric]
+    return _finish_summary(found, values, findings=[])
+
+
+def _csv_number(text: str | None) -> Any:
+    try:
+        value = float((text or "").replace(",", ""))
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 
 def summarise_report(path: str) -> list[dict[str, Any]]:
@@ -122,19 +172,25 @@ def summarise_action(action: Any) -> dict[str, Any]:
     for key, metric in METRICS.items():
         if metric in names:
             found[key] = _value(action.metric_by_name(metric))
-    if "sm_mhz" in found and found["sm_mhz"] is not None:
+    stall_values = {name: _value(action.metric_by_name(name)) for name in names
+                    if _STALL.match(name)}
+    return _finish_summary(found, stall_values, _findings(action))
+
+
+def _finish_summary(found: dict[str, Any], metrics: dict[str, Any],
+                    findings: list[str]) -> dict[str, Any]:
+    """The clock in MHz, the top stall reasons among `metrics`, and the findings."""
+    if found.get("sm_mhz") is not None:
         found["sm_mhz"] = round(found["sm_mhz"] / 1e6)
     stalls = []
-    for name in names:
+    for name, value in metrics.items():
         match = _STALL.match(name)
-        if match and match.group(1) != "selected" and "not_issued" not in name:
-            value = _value(action.metric_by_name(name))
-            if value:
-                stalls.append((value, match.group(1)))
+        if match and match.group(1) != "selected" and "not_issued" not in name and value:
+            stalls.append((value, match.group(1)))
     stalls.sort(reverse=True)
     found["top_stalls"] = [{"reason": reason, "cycles_per_issue": round(value, 3)}
                            for value, reason in stalls[:TOP_STALLS]]
-    found["findings"] = _findings(action)
+    found["findings"] = findings
     return found
 
 

@@ -34,8 +34,11 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
         prefix = [executable, "--tool", tool, "--log-file", str(log), "--print-limit", "20"]
         if tool == "racecheck":
             prefix += ["--racecheck-report", "hazard"]
+        # Without torch's caching allocator every tensor is its own allocation, so memcheck
+        # sees an access past a tensor's end instead of one inside a cached block.
         candidate = Candidate("cuda", ctx.run_dir, ctx.solution.path, cuda_ipc=False,
-                              prefix=prefix, log_name=f"worker-{tool}.log")
+                              prefix=prefix, log_name=f"worker-{tool}.log",
+                              env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
         candidate.start()
         try:
             timeout = ctx.settings.compile_timeout_s * 4

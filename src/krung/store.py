@@ -11,6 +11,7 @@ import contextlib
 import json
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -80,14 +81,27 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=60000")
+        self._use_wal()
         version = self._version()
         if version > SCHEMA_VERSION:
             raise UsageError(f"{self.path} was written by a newer krung (schema {version})",
                              hint="upgrade krung, or use another store with --store")
         if version < SCHEMA_VERSION:
             self._migrate()
+
+    def _use_wal(self) -> None:
+        """Switch a new store to WAL. The switch needs the file to itself, and SQLite answers
+        "locked" at once, without waiting, while another process opens it too: retry."""
+        deadline = time.monotonic() + 60
+        while self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as exc:
+                contended = "locked" in str(exc) or "busy" in str(exc)
+                if not contended or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,7 @@ class Samples:
     mode: str  # "cupti", "events" or "cpu-wall"
     host_us: list[float] = field(default_factory=list)  # event-timed, per call (GPU)
     kernels_per_call: float = 0.0
+    streams: int = 0  # the most streams one call's device work ran on (CUPTI's census)
     warmup_calls: int = 0
     l2_flush_bytes: int = 0
     input_sets: int = 1
@@ -123,15 +125,42 @@ def _measure_cpu(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sam
 
 
 class _Cuda:
-    """Per-process GPU state for timing: the flush buffer, and whether CUPTI works here."""
+    """Per-process GPU state for timing: the flush buffer, whether CUPTI works here, and the
+    thread warming the profiler up."""
 
     flush: Any = None
     cupti: bool | None = None  # None: not tried yet
+    warming: threading.Thread | None = None
+
+
+def warm_profiler() -> None:
+    """Start the profiler once in a background thread, so that its first-session cost (CUPTI
+    and kineto loading: seconds) is paid while the process does other work, not inside the
+    first measurement. `measure` waits for it. Not for a process under ncu or
+    compute-sanitizer, whose own instrumentation CUPTI would collide with."""
+    if _Cuda.warming is not None:
+        return
+
+    def warm() -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]):
+                torch.cuda._sleep(1)
+                torch.cuda.synchronize()
+        except RuntimeError:  # no CUPTI here: `measure` finds that out and uses events
+            pass
+
+    _Cuda.warming = threading.Thread(target=warm, name="krung-profiler-warmup", daemon=True)
+    _Cuda.warming.start()
 
 
 def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Samples:
     import torch
 
+    if _Cuda.warming is not None:
+        _Cuda.warming.join(timeout=60.0)
     if _Cuda.flush is None:
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         # Writing twice the L2's size evicts whatever the previous call left there.
@@ -148,7 +177,7 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
 
     device_us: list[float] = []
     host_us: list[float] = []
-    kernels = 0
+    kernels = streams = 0
     mode = "cupti" if _Cuda.cupti is not False else "events"
     begin = time.perf_counter()
     batch = max(plan.min_samples, 1)
@@ -164,7 +193,8 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
                 mode = "events"
                 continue
             _Cuda.cupti = True
-            device, host, count = got
+            device, host, count, call_streams = got
+            streams = max(streams, call_streams)
         else:
             device, host, count = _held_events_batch(call, sets, batch, len(device_us),
                                                      per_call_s)
@@ -180,13 +210,14 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
         batch = max(plan.min_samples, int(rate * (plan.max_s - elapsed)))
     return Samples(device_us=device_us, host_us=host_us, mode=mode,
                    kernels_per_call=kernels / max(len(device_us), 1), warmup_calls=warmup,
-                   l2_flush_bytes=_Cuda.flush.numel() * 4)
+                   l2_flush_bytes=_Cuda.flush.numel() * 4, streams=streams)
 
 
 def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
-                 offset: int) -> tuple[list[float], list[float], int] | None:
+                 offset: int) -> tuple[list[float], list[float], int, int] | None:
     """Device time per call from CUPTI's records: the activity between two spin markers,
-    less the flush that precedes each marker."""
+    less the flush that precedes each marker. Also the kernel count and the most streams
+    one call used."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -205,15 +236,22 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
     if len(marks) != count:
         return None
     device: list[float] = []
-    kernels = 0
+    kernels = streams = 0
     for n, mark in enumerate(marks):
         # Up to the next marker, less the flush just before it (none after the last call).
         stop = marks[n + 1] - 1 if n + 1 < len(marks) else len(records)
         mine = records[mark + 1:stop]
         device.append(sum(e.duration_ns() for e in mine) / 1e3)
         kernels += len(mine)
+        streams = max(streams, len({_stream(e) for e in mine}))
     host = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
-    return device, host, kernels
+    return device, host, kernels, streams
+
+
+def _stream(event: Any) -> int:
+    """The stream a kineto device record ran on (its resource id), -1 where not exposed."""
+    resource = getattr(event, "device_resource_id", None)
+    return resource() if callable(resource) else -1
 
 
 def device_work(prof: Any) -> list[Any]:

@@ -47,9 +47,12 @@ class Worker:
             except ChannelClosed:
                 return
             except Exception as exc:  # e.g. the inputs cannot be placed: CUDA context broken
+                # CUDA errors are sticky: the version's previous call is the likely culprit.
+                cause = ("an illegal memory access by the version's previous call broke the "
+                         "CUDA context; " if "ILLEGAL_ADDRESS" in str(exc) else "")
                 self.channel.send({"ok": False, "error": {
                     "type": type(exc).__name__, "kind": "runtime",
-                    "message": f"the worker could not take the request: {exc}",
+                    "message": f"{cause}the worker could not take the request: {exc}",
                     "hint": "an earlier error in the version (an illegal memory access, say) "
                             "may have broken the CUDA context: fix that one first"}})
                 return  # the rest of the message may be unread: this channel is done
@@ -288,6 +291,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--cuda-ipc", action="store_true")
+    parser.add_argument("--warm-profiler", action="store_true",
+                        help="start CUPTI in the background now (on a GPU), for the timing")
     parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
     args = parser.parse_args(argv)
     # A print flood (or any runaway file) ends the worker with SIGXFSZ at this size.
@@ -301,6 +306,10 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.cuda.init()
         channel.cuda_ipc = args.cuda_ipc
+        if args.warm_profiler:  # before Worker() counts the threads that are not the version's
+            from krung.timing import warm_profiler
+
+            warm_profiler()
     channel.send({"ok": True, "pid": os.getpid(), **describe_device(device)})
     Worker(channel, device).serve()
 

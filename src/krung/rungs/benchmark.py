@@ -120,6 +120,8 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         row["host_median_us"] = host
         row["kernels_per_call"] = round(sum(s.kernels_per_call for s in mine) / len(mine), 2)
         row["launch_bound"] = host > LAUNCH_BOUND_RATIO * stats["median_us"] + 2.0
+        if max(s.streams for s in mine) > 1:  # CUPTI saw the call's work on several streams
+            row["streams"] = max(s.streams for s in mine)
     if after:
         row["sm_mhz"] = [before["sm_mhz"] if before else None, after["sm_mhz"]]
         warning = clock_warning(before, after)

@@ -21,32 +21,25 @@ FAILED = 1  # cli.ExitCode.FAILED
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
-def batch(
-    problem: Annotated[str, typer.Argument(help="Problem directory, or a built-in name.")],
-    versions: Annotated[list[Path], typer.Argument(help="The versions (.py files).")],
-    rungs: Annotated[str | None, typer.Option(help="Comma-separated rungs to climb.")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
-    executor: Annotated[str, typer.Option(help="local, ray or ssh.")] = "local",
-    workers: Annotated[int, typer.Option(help="Evaluations at once (local without --gpus, "
-                                              "ssh).")] = 1,
-    gpus: Annotated[str | None, typer.Option(help="GPUs for the local executor, e.g. 0,1 or "
-                                                  "all; one evaluation per GPU.")] = None,
-    per_gpu: Annotated[int, typer.Option(help="Evaluations per GPU at once (only without the "
-                                              "benchmark rung).")] = 1,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address (ray "
-                                                     "executor).")] = None,
-    remote: Annotated[str | None, typer.Option(help="user@host (ssh executor).")] = None,
-    remote_python: Annotated[str, typer.Option(help="Python on the remote host.")] = "python3",
-    ssh_option: Annotated[list[str] | None, typer.Option(
-        help="An option for ssh, e.g. -p2222 (repeatable).")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    store: Annotated[Path | None, typer.Option("--store", help="SQLite store.")] = None,
-) -> None:
-    """Evaluate many versions of one problem, on this machine's CPU or GPUs, a Ray cluster or
-    a remote host; every run lands in the store."""
-    settings = krung.Settings.from_env()
-    if store:
-        settings = settings.replace(store=store)
+# The executor's options, shared by `krung batch` and `krung suite`.
+ExecutorName = Annotated[str, typer.Option("--executor", help="local, ray or ssh.")]
+Workers = Annotated[int, typer.Option(help="Evaluations at once (local without --gpus, ssh).")]
+Gpus = Annotated[str | None, typer.Option(help="GPUs for the local executor, e.g. 0,1 or all; "
+                                               "one evaluation per GPU.")]
+PerGpu = Annotated[int, typer.Option(help="Evaluations per GPU at once (only without the "
+                                          "benchmark rung).")]
+Address = Annotated[str | None, typer.Option(help="Ray cluster address (ray executor).")]
+Remote = Annotated[str | None, typer.Option(help="user@host (ssh executor).")]
+RemotePython = Annotated[str, typer.Option(help="Python on the remote host.")]
+SshOption = Annotated[list[str] | None, typer.Option(
+    help="An option for ssh, e.g. -p2222 (repeatable).")]
+
+
+def choose_executor(executor: str, workers: int = 1, gpus: str | None = None, per_gpu: int = 1,
+                    address: str | None = None, remote: str | None = None,
+                    remote_python: str = "python3",
+                    ssh_option: list[str] | None = None) -> krung.Executor:
+    """The executor the command line names, with the options that apply to it."""
     options: dict = {}
     if executor == "local":
         options = {"workers": workers, "per_gpu": per_gpu,
@@ -56,7 +49,32 @@ def batch(
     elif executor == "ssh":
         options = {"remote": remote or "", "python": remote_python,
                    "ssh_options": ssh_option or [], "workers": workers}
-    chosen = krung.make_executor(executor, **options)
+    return krung.make_executor(executor, **options)
+
+
+def batch(
+    problem: Annotated[str, typer.Argument(help="Problem directory, or a built-in name.")],
+    versions: Annotated[list[Path], typer.Argument(help="The versions (.py files).")],
+    rungs: Annotated[str | None, typer.Option(help="Comma-separated rungs to climb.")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
+    executor: ExecutorName = "local",
+    workers: Workers = 1,
+    gpus: Gpus = None,
+    per_gpu: PerGpu = 1,
+    address: Address = None,
+    remote: Remote = None,
+    remote_python: RemotePython = "python3",
+    ssh_option: SshOption = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    store: Annotated[Path | None, typer.Option("--store", help="SQLite store.")] = None,
+) -> None:
+    """Evaluate many versions of one problem, on this machine's CPU or GPUs, a Ray cluster or
+    a remote host; every run lands in the store."""
+    settings = krung.Settings.from_env()
+    if store:
+        settings = settings.replace(store=store)
+    chosen = choose_executor(executor, workers, gpus, per_gpu, address, remote, remote_python,
+                             ssh_option)
 
     def on_outcome(outcome: krung.Outcome, done: int, total: int) -> None:
         if json_output:

@@ -16,6 +16,17 @@ from rich.console import Console
 from rich.table import Table
 
 import krung
+from krung.cli_scale import (
+    Address,
+    ExecutorName,
+    Gpus,
+    PerGpu,
+    Remote,
+    RemotePython,
+    SshOption,
+    Workers,
+    choose_executor,
+)
 
 OK, FAILED, INTERNAL = 0, 1, 3  # cli.ExitCode
 
@@ -36,11 +47,20 @@ def suite(
         help="Comma-separated rungs to climb (default all; speed scores need benchmark).")
     ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
+    executor: ExecutorName = "local",
+    workers: Workers = 1,
+    gpus: Gpus = None,
+    per_gpu: PerGpu = 1,
+    address: Address = None,
+    remote: Remote = None,
+    remote_python: RemotePython = "python3",
+    ssh_option: SshOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     store: Annotated[Path | None, typer.Option(
         "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")] = None,
 ) -> None:
-    """Evaluate every problem that has a solution and print KernelBench's scores."""
+    """Evaluate every problem that has a solution and print KernelBench's scores; with
+    --executor, --workers or --gpus, several at once, as `krung batch` does."""
     settings = krung.Settings.from_env()
     settings = settings.replace(store=store) if store else settings
 
@@ -48,8 +68,11 @@ def suite(
         if not json_output:
             out.print(f"{entry.problem}: {entry.verdict()}", markup=False)
 
+    chosen = choose_executor(executor, workers, gpus, per_gpu, address, remote, remote_python,
+                             ssh_option)
     result = krung.run_suite(problems_dir, solutions, precision=precision, rungs=rungs,
-                             device=device, settings=settings, on_entry=progress)
+                             device=device, settings=settings, executor=chosen,
+                             on_entry=progress)
     if json_output:
         sys.stdout.write(json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
     else:

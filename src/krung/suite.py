@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krung.errors import KrungError, UsageError
-from krung.evaluate import evaluate
+from krung.errors import UsageError
 from krung.ladder import select
 from krung.problem import (
     GPUMODE_FILES,
@@ -39,6 +38,8 @@ from krung.problem import (
     problem_name,
 )
 from krung.results import Run
+from krung.scale import Executor, Job
+from krung.scale.local import LocalExecutor
 from krung.settings import Settings
 from krung.store import Store
 
@@ -167,10 +168,12 @@ def run_suite(
     device: str | None = None,
     store: str | Path | Store | None = None,
     settings: Settings | None = None,
+    executor: Executor | None = None,
     on_entry: Callable[[SuiteEntry], None] | None = None,
 ) -> SuiteResult:
-    """Evaluate every problem of `problems_dir` that has a solution in `solutions_dir`, one
-    after the other, and score them. `precision` applies to the KernelBench problems."""
+    """Evaluate every problem of `problems_dir` that has a solution in `solutions_dir` with
+    `executor` (default: one at a time, here) and score them. `precision` applies to the
+    KernelBench problems."""
     precision_dtype(precision)  # an unknown precision fails before anything runs
     pairs, without_solution, without_problem = find_pairs(Path(problems_dir),
                                                           Path(solutions_dir))
@@ -182,23 +185,20 @@ def run_suite(
     result = SuiteResult(str(problems_dir), str(solutions_dir), precision,
                          timed="benchmark" in names, without_solution=without_solution,
                          without_problem=without_problem)
-    owned = not isinstance(store, Store)
     settings = settings or Settings.from_env()
-    db = store if isinstance(store, Store) else Store(store or settings.store)
-    try:
-        for problem, solution in pairs:
-            kind = detect_format(problem)
-            entry = SuiteEntry(problem_name(problem), str(problem), str(solution), kind)
-            try:
-                entry.run = evaluate(problem, solution, rungs=names, device=device, store=db,
-                                     settings=settings,
-                                     precision=precision if kind == KERNELBENCH else None)
-            except KrungError as exc:  # a broken problem: the suite goes on without it
-                entry.error = f"{type(exc).__name__}: {exc.message}"
-            result.entries.append(entry)
-            if on_entry:
-                on_entry(entry)
-    finally:
-        if owned:
-            db.close()
+    if store is not None:
+        settings = settings.replace(store=store.path if isinstance(store, Store) else store)
+    entries: dict[Job, SuiteEntry] = {}
+    for problem, solution in pairs:
+        kind = detect_format(problem)
+        job = Job(problem=str(problem), solution=str(solution), rungs=",".join(names),
+                  device=device, precision=precision if kind == KERNELBENCH else None)
+        entries[job] = SuiteEntry(problem_name(problem), str(problem), str(solution), kind)
+    # A broken problem is an outcome with an error: the suite goes on without it.
+    for outcome in (executor or LocalExecutor()).map(list(entries), settings):
+        entry = entries[outcome.job]
+        entry.run, entry.error = outcome.run, outcome.error
+        if on_entry:
+            on_entry(entry)
+    result.entries = list(entries.values())  # in the problems' order
     return result

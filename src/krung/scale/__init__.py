@@ -29,6 +29,7 @@ class Job:
     rungs: str | None = None
     device: str | None = None
     seed: int | None = None
+    precision: str | None = None  # KernelBench problems: fp32, fp16 or bf16
 
 
 @dataclass

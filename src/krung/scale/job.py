@@ -40,7 +40,9 @@ def pack(job: Job, settings: Settings, with_krung: bool = True) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         _add_bytes(tar, "job.json", json.dumps(spec, default=str).encode())
-        for path in sorted(problem_dir.rglob("*")):
+        if problem_dir.is_file():  # a KernelBench problem is one file
+            tar.add(problem_dir, arcname=f"problem/{problem_dir.name}")
+        for path in sorted(problem_dir.rglob("*")) if problem_dir.is_dir() else []:
             relative = path.relative_to(problem_dir)
             if path.is_file() and not _SKIP & set(relative.parts) and \
                     path.stat().st_size <= MAX_SHIPPED_FILE:
@@ -72,7 +74,8 @@ def run_packed(workdir: Path) -> dict[str, Any]:
                         **{k: v for k, v in spec["settings"].items()
                            if k in Settings.__dataclass_fields__})
     run = evaluate(workdir / "problem" / spec["problem"], workdir / "version" / spec["version"],
-                   rungs=job["rungs"], device=job["device"], seed=job["seed"], settings=settings)
+                   rungs=job["rungs"], device=job["device"], seed=job["seed"],
+                   precision=job.get("precision"), settings=settings)
     folder = workdir / "store" / "runs" / run.run_id
     files = {p.name: base64.b64encode(p.read_bytes()).decode()
              for p in sorted(folder.glob("*")) if p.is_file()

@@ -57,7 +57,7 @@ def _run_in_slot(job: Job, settings: Settings, slots: queue.Queue[dict[str, str]
     env = slots.get()
     try:
         run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
-                       seed=job.seed, settings=settings, env=env)
+                       seed=job.seed, precision=job.precision, settings=settings, env=env)
         return Outcome(job, run=run)
     except KrungError as exc:  # this job cannot run (its file is missing, say); the rest can
         return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)

@@ -180,7 +180,11 @@ def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None]) ->
         if blocked:
             need = blocked[0]
             state = ctx.results[need].status.value
-            result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}")
+            why = ctx.results[need].reason if state == "skipped" else None
+            if why and why.startswith("needs ") and why.endswith(")"):  # keep the root cause
+                why = why[why.index("(") + 1:-1]
+            result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}"
+                                + (f" ({why})" if why else ""))
         else:
             result = run_rung(name, module.run, ctx)
         ctx.results[name] = result

@@ -92,8 +92,12 @@ class Context:
     def load(self) -> dict[str, Any]:
         """Import the version in the worker (once); raise RungFailed if that fails."""
         what = "the import of the version"
-        reply = self.candidate.request(load_request(self.problem, self.solution.path),
-                                       self.settings.compile_timeout_s, what)
+        request = load_request(self.problem, self.solution.path)
+        if self.device != "cpu" and self.solution.dsl == "cuda":
+            from krung import build_cache  # torch builds CUDA C++ in a cache by the store
+
+            request["build_cache"] = str(build_cache.root_for(self.run_dir))
+        reply = self.candidate.request(request, self.settings.compile_timeout_s, what)
         if not reply.get("ok"):
             raise failure(reply["error"], what)
         self.loaded = True

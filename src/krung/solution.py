@@ -26,6 +26,14 @@ class Solution:
     def name(self) -> str:
         return self.path.name
 
+    @property
+    def dsl(self) -> str:
+        """Its DSL, from its imports (`torch` where it does not parse)."""
+        try:
+            return detect_dsl(ast.parse(self.source))
+        except SyntaxError:
+            return "torch"
+
 
 def read_solution(path: str | Path) -> Solution:
     file = Path(path)

@@ -78,6 +78,10 @@ class Worker:
         start = time.perf_counter()
         # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
         sys.path.extend(p for p in entry.get("import_paths", []) if p not in sys.path)
+        if request.get("build_cache"):  # CUDA C++ on a GPU: torch builds in krung's cache
+            from krung import torch_build
+
+            torch_build.install(request["build_cache"], self.solution)
         module = _import_version(self.solution)
         if self.device == "cpu" and "triton" in sys.modules:
             from krung.interpreter import fix_bfloat16
@@ -95,7 +99,7 @@ class Worker:
                 "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint}}
         triton = sys.modules.get("triton")
         return {"ok": True, "load_s": time.perf_counter() - start,
-                "triton": getattr(triton, "__version__", None)}
+                "triton": getattr(triton, "__version__", None), **_builds()}
 
     def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run the version once. Optionally: poison the memory its outputs will likely get,
@@ -113,6 +117,7 @@ class Worker:
         reply = _outputs_reply(result, self.device)
         self.synchronize()
         reply["call_s"] = time.perf_counter() - start
+        reply.update(_builds())
         if isinstance(trace, OpTrace):
             reply["ops"] = sorted(trace.ops)
         if request.get("return_inputs"):
@@ -244,6 +249,13 @@ def _outputs_reply(result: Any, device: str) -> dict[str, Any]:
         torch.cuda.current_stream().synchronize()
     return {"ok": True, "outputs": outputs, "specs": specs,
             "tuple": isinstance(result, (tuple, list))}
+
+
+def _builds() -> dict[str, Any]:
+    """The CUDA C++ builds torch ran since the last reply (krung.torch_build), if any."""
+    torch_build = sys.modules.get("krung.torch_build")
+    done = torch_build.builds() if torch_build is not None else []
+    return {"builds": done} if done else {}
 
 
 def _import_version(path: Path) -> Any:

@@ -61,7 +61,7 @@ def _first_call(ctx: Context) -> dict[str, Any]:
     facts = ctx.candidate.hello(timeout)
     waited_s = time.perf_counter() - start
     start = time.perf_counter()
-    reply = ctx.load()
+    loaded = reply = ctx.load()
     load_s = time.perf_counter() - start
     if reply.get("triton"):
         ctx.candidate.facts["triton"] = reply["triton"]
@@ -81,9 +81,26 @@ def _first_call(ctx: Context) -> dict[str, Any]:
         "worker_start_s": facts.get("startup_s"), "worker_wait_s": round(waited_s, 3)}
     if interpreted:
         figures["mode"] = "triton-interpreter"
+    figures.update(_build_figures(loaded.get("builds", []), reply.get("builds", []),
+                                  first_call_s))
     if not reply.get("ok"):
         error = reply["error"]
         if error.get("kind") == "compile":
             raise failure(error, "the first call (compile)")
         figures["first_call"] = f"raised {error.get('type')} (reported by the run rung)"
     return figures
+
+
+def _build_figures(at_import: list[dict[str, Any]], in_call: list[dict[str, Any]],
+                   first_call_s: float) -> dict[str, Any]:
+    """torch's CUDA C++ builds (krung.torch_build), kept apart from the time of the call:
+    `build_s` in all, `call_s` what the first call took besides building, and whether the
+    build cache under the store already held them (`build_cache` hit or miss)."""
+    builds = [*at_import, *in_call]
+    if not builds:
+        return {}
+    caches = {b["cache"] for b in builds}
+    return {"build_s": round(sum(b["build_s"] for b in builds), 3),
+            "call_s": round(max(first_call_s - sum(b["build_s"] for b in in_call), 0.0), 3),
+            "build_cache": caches.pop() if len(caches) == 1 else "partial",
+            "extensions": len(builds)}

@@ -67,6 +67,8 @@ def run(ctx: Context) -> dict[str, Any]:
         row["files"] = {k: f"{FOLDER}/{row['kernel']}/{v}"
                         for k, v in _files_of(records, row).items()}
     figures = _summary(rows, target, ctx.device)
+    if reply.get("autotune"):  # the configs @triton.autotune chose: their kernels are above
+        figures["autotune"] = reply["autotune"]
     broken = [r for r in rows if r.get("error") and r.get("error_kind", "compile") == "compile"]
     if broken:
         first = broken[0]

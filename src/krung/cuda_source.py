@@ -26,6 +26,9 @@ _DIAGNOSTIC = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<severity>(?:cata
 _HOST_DIAGNOSTIC = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?:\d+:)? (?P<severity>(?:fatal )?"
                               r"error|warning): (?P<message>.*)$")
 
+# krung's own prefix on a tool's output (krung.artifacts.tools.ToolFailed).
+_TOOL_PREFIX = re.compile(r"^\S+ [\d.?]+ exited with status \d+: ")
+
 _CALLS = {  # call name -> (keyword, position) of its CUDA text, and where it comes from
     "load_inline": ("cuda_sources", 2, "load_inline"),
     "RawKernel": ("code", 0, "cupy.RawKernel"),
@@ -85,7 +88,8 @@ def diagnostics(output: str, compiled: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     lines = output.splitlines()
     for index, line in enumerate(lines):
-        match = _DIAGNOSTIC.match(line.strip()) or _HOST_DIAGNOSTIC.match(line.strip())
+        line = _TOOL_PREFIX.sub("", line.strip())
+        match = _DIAGNOSTIC.match(line) or _HOST_DIAGNOSTIC.match(line)
         if not match:
             continue
         context = []
@@ -147,7 +151,7 @@ def static_sources(path: Path) -> list[dict[str, Any]]:
             file = (path.parent / node.value).resolve()
             if file.is_file() and file.parent == path.parent.resolve():
                 found.append({"name": file.stem, "code": file.read_text(errors="replace"),
-                              "origin": file.name, "flags": [], "torch": True,
+                              "origin": file.name, "flags": [], "torch": False,
                               "file": str(file)})
     return found
 

@@ -172,7 +172,9 @@ def launch_block_sizes(code: str) -> dict[str, int]:
 
 
 def _include_flags(source: dict[str, Any]) -> list[str]:
-    if not source.get("torch"):
+    """torch's include paths, for its sources and for any that include torch's headers."""
+    if not source.get("torch") and not re.search(r"#\s*include\s*[<\"](torch|ATen|c10)/",
+                                                 source["code"]):
         return []
     from torch.utils.cpp_extension import include_paths
 

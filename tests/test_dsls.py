@@ -208,3 +208,40 @@ def test_static_sources_find_a_lazy_load_inline(tmp_path):
     (source,) = static_sources(path)
     assert source["origin"] == "load_inline" and source["name"] == "broken_add"
     assert "bb[i]" in source["code"] and source["torch"] is True
+
+
+CPP_ONLY = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+CPP = r"""
+#include <torch/extension.h>
+torch::Tensor twice(torch::Tensor x) {
+    return x * 2;
+}
+"""
+ext = load_inline("krung_twice", cpp_sources=CPP, functions=["twice"])
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
+                    reason="torch's extension builds need ninja and a C++ compiler")
+def test_torch_builds_in_the_cache_once_and_reuses_it(tmp_path):
+    """torch's own build path (C++ only here: a CPU build of torch cannot link CUDA), run
+    twice in fresh processes as two worker runs would: the second finds the build."""
+    import json
+    import subprocess
+    import sys
+
+    version = write(tmp_path / "cpp_only.py", CPP_ONLY)
+    script = ("import json, runpy, sys\nfrom pathlib import Path\nfrom krung import torch_build\n"
+              f"torch_build.install({str(tmp_path / 'cache')!r}, Path({str(version)!r}))\n"
+              f"runpy.run_path({str(version)!r})\nprint(json.dumps(torch_build.builds()))\n")
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                      text=True, check=True, timeout=600).stdout.splitlines()[-1])
+            for _ in range(2)]
+    (first,), (second,) = runs
+    assert first["cache"] == "miss" and second["cache"] == "hit"
+    assert first["folder"] == second["folder"] and "torch_extensions/krung_twice_" in first["folder"]
+    assert second["build_s"] < first["build_s"] / 10

@@ -45,7 +45,7 @@ HINTS: list[tuple[str, str]] = [
 
 COMPILE_ERRORS = {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",
                   "SyntaxError", "IndentationError", "TabError", "NVRTCError",
-                  "CompileException"}
+                  "CompileException", "CudaCompileError"}
 
 
 def hint_for(text: str) -> str | None:
@@ -56,7 +56,11 @@ def explain(exc: BaseException, solution: Path, stage: str) -> dict[str, Any]:
     """A JSON-ready description of `exc` raised while `stage` ("load" or "call") ran."""
     chain = _chain(exc)
     compile_error = next((e for e in chain if type(e).__name__ in COMPILE_ERRORS), None)
-    if compile_error is not None and type(compile_error).__name__.startswith("Compil"):
+    if compile_error is not None and hasattr(compile_error, "krung_location"):
+        info = {"type": type(compile_error).__name__, "message": str(compile_error),  # nvcc's,
+                "location": compile_error.krung_location,  # mapped to the version's lines
+                "details": compile_error.krung_details}
+    elif compile_error is not None and type(compile_error).__name__.startswith("Compil"):
         info = _triton_compile_error(compile_error, solution)
     elif isinstance(compile_error, SyntaxError):
         info = _syntax_error(compile_error)

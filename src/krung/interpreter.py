@@ -51,3 +51,38 @@ def fix_bfloat16() -> None:
     interpreter._get_np_dtype = get_np_dtype
     interpreter.InterpreterBuilder.cast_impl = cast_impl
     _PATCHED = True
+
+
+def fix_autotune() -> None:
+    """Let @triton.autotune choose a config under the interpreter.
+
+    Triton 3.6's autotuner times configs with the active GPU driver's benchmarker, and on a
+    machine without a GPU there is none ("0 active drivers"), so any autotuned kernel fails
+    on its first call. Under the interpreter it gets a wall-clock benchmarker instead: each
+    config runs (so a config that breaks still shows) and the fastest interpreted one is
+    chosen. That choice says nothing about GPU speed; krung records it as any other."""
+    from triton.runtime import autotuner
+
+    if getattr(autotuner.Autotuner, "krung_cpu_bench", False):
+        return
+
+    def do_bench(self):  # type: ignore[no-untyped-def]
+        return self._do_bench if self._do_bench is not None else wall_clock_bench
+
+    autotuner.Autotuner.do_bench = property(do_bench)
+    autotuner.Autotuner.krung_cpu_bench = True
+
+
+def wall_clock_bench(kernel_call, quantiles=None, reps: int = 2):  # type: ignore[no-untyped-def]
+    """Triton's benchmarker interface on a CPU: milliseconds per call of `kernel_call`."""
+    import statistics
+    import time
+
+    kernel_call()  # warm
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        kernel_call()
+        times.append((time.perf_counter() - start) * 1e3)
+    middle = statistics.median(times)
+    return [middle, min(times), max(times)][:len(quantiles)] if quantiles else middle

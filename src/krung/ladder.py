@@ -92,8 +92,12 @@ class Context:
     def load(self) -> dict[str, Any]:
         """Import the version in the worker (once); raise RungFailed if that fails."""
         what = "the import of the version"
-        reply = self.candidate.request(load_request(self.problem, self.solution.path),
-                                       self.settings.compile_timeout_s, what)
+        request = load_request(self.problem, self.solution.path)
+        if self.device != "cpu" and self.solution.dsl == "cuda":
+            from krung import build_cache  # torch builds CUDA C++ in a cache by the store
+
+            request["build_cache"] = str(build_cache.root_for(self.run_dir))
+        reply = self.candidate.request(request, self.settings.compile_timeout_s, what)
         if not reply.get("ok"):
             raise failure(reply["error"], what)
         self.loaded = True
@@ -180,7 +184,11 @@ def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None]) ->
         if blocked:
             need = blocked[0]
             state = ctx.results[need].status.value
-            result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}")
+            why = ctx.results[need].reason if state == "skipped" else None
+            if why and why.startswith("needs ") and why.endswith(")"):  # keep the root cause
+                why = why[why.index("(") + 1:-1]
+            result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}"
+                                + (f" ({why})" if why else ""))
         else:
             result = run_rung(name, module.run, ctx)
         ctx.results[name] = result

@@ -63,6 +63,8 @@ def case_table(result: RungResult) -> Table | None:
     from rich.table import Table
 
     columns = _COLUMNS.get(result.name) or [k for k in rows[0] if k != "case"]
+    if any(row.get("config") for row in rows):  # an autotuned version: its chosen configs
+        columns = [*columns, "config"]
     table = Table(title=f"{result.name} per {per}", title_justify="left", box=None,
                   header_style="bold", pad_edge=False)
     table.add_column(per)
@@ -284,7 +286,8 @@ def _benchmark_lines(rung: RungResult | None) -> list[str]:
                      f"(p10 {format_value(row.get('p10_us'))}, p90 "
                      f"{format_value(row.get('p90_us'))}), reference "
                      f"{format_value(row.get('ref_median_us'))} us, speedup "
-                     f"{format_value(row.get('speedup'))}x")
+                     f"{format_value(row.get('speedup'))}x"
+                     + (f"; autotuned {row['config']}" if row.get("config") else ""))
     if len(rows) > AGENT_CASES:
         lines.append(f"  ... {len(rows) - AGENT_CASES} more case(s)")
     return lines

@@ -16,20 +16,6 @@ from krung.errors import UsageError
 
 ENTRY_POINT = "kernel"
 
-# Top-level module imported -> DSL. The first match in this order wins, so a CUDA C++
-# version that also imports triton for a helper is still reported as CUDA.
-_DSL_BY_MODULE = [
-    ("cutlass", "cutedsl"),
-    ("tilelang", "tilelang"),
-    ("torch.utils.cpp_extension", "cuda"),
-    ("cuda.core", "cuda"),
-    ("cuda.bindings", "cuda"),
-    ("numba", "numba"),
-    ("cupy", "cupy"),
-    ("triton", "triton"),
-]
-
-
 @dataclass(frozen=True)
 class Solution:
     path: Path
@@ -39,6 +25,14 @@ class Solution:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def dsl(self) -> str:
+        """Its DSL, from its imports (`torch` where it does not parse)."""
+        try:
+            return detect_dsl(ast.parse(self.source))
+        except SyntaxError:
+            return "torch"
 
 
 def read_solution(path: str | Path) -> Solution:
@@ -88,11 +82,10 @@ def imported_modules(tree: ast.AST) -> list[tuple[str, int]]:
 
 
 def detect_dsl(tree: ast.AST) -> str:
-    modules = [name for name, _ in imported_modules(tree)]
-    for prefix, dsl in _DSL_BY_MODULE:
-        if any(name == prefix or name.startswith(prefix + ".") for name in modules):
-            return dsl
-    return "torch"
+    """The version's DSL from its imports (krung.dsls), e.g. `triton`, `cuda`, `cutedsl`."""
+    from krung import dsls
+
+    return dsls.detect([name for name, _ in imported_modules(tree)]).name
 
 
 def entry_point(tree: ast.Module, name: str = ENTRY_POINT,

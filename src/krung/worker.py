@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import faulthandler
 import importlib.util
+import json
 import os
 import resource
 import signal
@@ -81,11 +82,16 @@ class Worker:
         start = time.perf_counter()
         # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
         sys.path.extend(p for p in entry.get("import_paths", []) if p not in sys.path)
+        if request.get("build_cache"):  # CUDA C++ on a GPU: torch builds in krung's cache
+            from krung import torch_build
+
+            torch_build.install(request["build_cache"], self.solution)
         module = _import_version(self.solution)
         if self.device == "cpu" and "triton" in sys.modules:
-            from krung.interpreter import fix_bfloat16
+            from krung.interpreter import fix_autotune, fix_bfloat16
 
             fix_bfloat16()
+            fix_autotune()
         if "triton" in sys.modules:  # note every kernel launch, for the artifacts rung
             from krung.artifacts.launches import install
 
@@ -98,7 +104,7 @@ class Worker:
                 "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint}}
         triton = sys.modules.get("triton")
         return {"ok": True, "load_s": time.perf_counter() - start,
-                "triton": getattr(triton, "__version__", None)}
+                "triton": getattr(triton, "__version__", None), **_builds()}
 
     def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run the version once. Optionally: poison the memory its outputs will likely get,
@@ -116,6 +122,7 @@ class Worker:
         reply = _outputs_reply(result, self.device)
         self.synchronize()
         reply["call_s"] = time.perf_counter() - start
+        reply.update(_builds())
         if isinstance(trace, OpTrace):
             reply["ops"] = sorted(trace.ops)
         if request.get("return_inputs"):
@@ -139,6 +146,7 @@ class Worker:
         sets = self.time_sets
         outputs: list[Any] = [None] * len(sets)
         kernel = self.kernel
+        tuned = self.autotune_before_timing(sets) if request.get("inputs") is not None else []
 
         def call(i: int) -> None:
             outputs[i] = kernel(*sets[i])
@@ -151,7 +159,26 @@ class Worker:
             return failed
         return self.with_integrity({
             "ok": True, "samples": samples.to_json(), "outputs": [r["outputs"] for r in replies],
-            "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"]})
+            "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"],
+            **({"autotune": tuned} if tuned else {})})
+
+    def autotune_before_timing(self, sets: list[list[Any]]) -> list[dict[str, Any]]:
+        """Where the version has @triton.autotune kernels, call it once per input set before
+        anything is timed, so every config choice for these shapes (the autotuner's own
+        benchmarking, with its many launches) is made outside the timed calls; return the
+        configs those calls used."""
+        from krung.artifacts import launches
+
+        log = launches.current()
+        if log is None or not log.autotune:
+            return []
+        log.recent.clear()
+        for inputs in sets:
+            self.kernel(*inputs)
+        self.synchronize()
+        chosen = {json.dumps([r["kernel"], r["key"], r["dtypes"]], default=str): r
+                  for r in log.recent}
+        return list(chosen.values())
 
     def op_kernels(self, request: dict[str, Any]) -> dict[str, Any]:
         """The Triton kernels the version launched so far: under the interpreter, how each
@@ -164,7 +191,8 @@ class Worker:
         compiled = []
         if request.get("out_dir") and log.compiled:
             compiled = launches.dump_compiled(log, Path(request["out_dir"]))
-        return {"ok": True, "launches": list(log.described.values()), "compiled": compiled}
+        return {"ok": True, "launches": list(log.described.values()), "compiled": compiled,
+                "autotune": list(log.autotune.values())}
 
     def op_trace(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run the version twice with krung.tracer on (the first call compiles the traced
@@ -247,6 +275,13 @@ def _outputs_reply(result: Any, device: str) -> dict[str, Any]:
         torch.cuda.current_stream().synchronize()
     return {"ok": True, "outputs": outputs, "specs": specs,
             "tuple": isinstance(result, (tuple, list))}
+
+
+def _builds() -> dict[str, Any]:
+    """The CUDA C++ builds torch ran since the last reply (krung.torch_build), if any."""
+    torch_build = sys.modules.get("krung.torch_build")
+    done = torch_build.builds() if torch_build is not None else []
+    return {"builds": done} if done else {}
 
 
 def _import_version(path: Path) -> Any:

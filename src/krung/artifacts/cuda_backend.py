@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 import re
 import sysconfig
+import time
 from pathlib import Path
 from typing import Any
 
+from krung import build_cache, cuda_source
 from krung.artifacts import Target, tools
 
 # What torch.utils.cpp_extension puts before inline CUDA sources and passes to nvcc.
@@ -53,29 +55,51 @@ class CudaBackend:
             _hook_cupy()
 
     def collect(self, request: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
-        sources = list(_captured)
-        beside = Path(request["version"]).with_suffix(".cu")
-        if beside.is_file():
-            sources.append({"name": beside.stem, "code": beside.read_text(errors="replace"),
-                            "flags": [], "origin": beside.name, "torch": False})
-        target = Target.parse(request["arch"])
-        return [compile_source(source, target, out_dir) for source in _unique(sources)]
+        return [compile_source(source, Target.parse(request["arch"]), out_dir,
+                               request.get("cache_dir"))
+                for source in find_sources(Path(request["version"]))]
 
 
-def compile_source(source: dict[str, Any], target: Target, out_dir: Path) -> dict[str, Any]:
-    """nvcc -ptx, then ptxas -v to a cubin; files as `<out_dir>/<name>/<arch>.<stage>`."""
+def find_sources(version: Path) -> list[dict[str, Any]]:
+    """Every CUDA source of the version: those caught at import, those named in literal
+    form (a load_inline called lazily, inside a function), and a `.cu` beside it with its
+    name; each with where its lines sit in the version's files."""
+    sources = [*_captured, *cuda_source.static_sources(version)]
+    beside = version.with_suffix(".cu")
+    if beside.is_file():
+        sources.append({"name": beside.stem, "code": beside.read_text(errors="replace"),
+                        "flags": [], "origin": beside.name, "torch": False,
+                        "file": str(beside)})
+    text = version.read_text(errors="replace")
+    for source in sources:
+        source.setdefault("version", str(version))
+        if not source.get("file"):
+            source["segments"] = cuda_source.segments(text, source.get("pieces")
+                                                      or [source["code"]])
+    return _unique(sources)
+
+
+def compile_source(source: dict[str, Any], target: Target, out_dir: Path,
+                   cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """nvcc -ptx, then ptxas -v to a cubin; files as `<out_dir>/<name>/<arch>.<stage>`.
+    With `cache_dir`, outputs are kept there under a key of everything that makes them
+    (source, flags, target, tool versions), and a second compile of the same is a copy."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", source["name"])[:100] or "cuda"
     folder = out_dir / name
     folder.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {"kernel": name, "dsl": "cuda", "origin": source["origin"],
                               "specialisation": target.arch, "target": f"cuda:{target.capability}",
                               "files": {}}
+    for key in ("version", "file", "segments"):
+        if source.get(key):
+            record[key] = source[key]
     nvcc = tools.find("nvcc")
     ptxas = tools.find("ptxas")
     cu = folder / f"{target.arch}.cu"
     code = source["code"]
-    if source.get("torch"):
-        code = "\n".join([*TORCH_PREAMBLE, code])
+    preamble = TORCH_PREAMBLE if source.get("torch") else ()
+    code = "\n".join([*preamble, code])
+    record["preamble_lines"] = len(preamble)
     cu.write_text(code)
     record["files"]["source"] = cu.name
     record["block_sizes"] = launch_block_sizes(source["code"])
@@ -85,22 +109,48 @@ def compile_source(source: dict[str, Any], target: Target, out_dir: Path) -> dic
         return record
     flags = [*(TORCH_NVCC_FLAGS if source.get("torch") else ()), *_include_flags(source),
              *[f for f in source.get("flags", []) if _passable(f)]]
-    ptx = folder / f"{target.arch}.ptx"
-    cubin = folder / f"{target.arch}.cubin"
-    try:
-        tools.run(nvcc, ["-ptx", f"-arch={target.arch}", *flags, str(cu), "-o", str(ptx)],
-                  timeout=NVCC_TIMEOUT_S)
-        record["files"]["ptx"] = ptx.name
-        report = tools.run(ptxas, ["-v", f"-arch={target.arch}", str(ptx), "-o", str(cubin)])
-        (folder / f"{target.arch}.ptxas").write_text(report.stderr + report.stdout)
-        record["files"]["cubin"] = cubin.name
-        record["files"]["ptxas"] = f"{target.arch}.ptxas"
-    except tools.ToolFailed as exc:
-        record["error"] = str(exc)
     record["nvcc_flags"] = flags
     record["tools"] = {"nvcc": nvcc.label, "ptxas": ptxas.label}
+    stages = {"ptx": f"{target.arch}.ptx", "cubin": f"{target.arch}.cubin",
+              "ptxas": f"{target.arch}.ptxas"}
+    cached = build_cache.entry(cache_dir, {"code": code, "flags": flags, "arch": target.arch,
+                                           "tools": record["tools"],
+                                           "torch": _torch_version(source)})
+    start = time.perf_counter()
+    if cached is not None and build_cache.fetch(cached, folder, stages.values()):
+        record["cache"] = "hit"
+        record["files"].update(stages)
+    else:
+        try:
+            _nvcc(nvcc, ptxas, target, flags, cu, folder, stages)
+            record["files"].update(stages)
+            record["cache"] = "miss" if cached is not None else None
+            if cached is not None:
+                build_cache.keep(cached, folder, stages.values())
+        except tools.ToolFailed as exc:
+            record["error"] = str(exc)
+            record.update(cuda_source.explain_failure(record, str(exc), str(cu)))
+    record["compile_s"] = round(time.perf_counter() - start, 3)
     (folder / f"{target.arch}.json").write_text(_json(record))
     return record
+
+
+def _nvcc(nvcc: tools.Tool, ptxas: tools.Tool, target: Target, flags: list[str], cu: Path,
+          folder: Path, stages: dict[str, str]) -> None:
+    ptx, cubin = folder / stages["ptx"], folder / stages["cubin"]
+    tools.run(nvcc, ["-ptx", f"-arch={target.arch}", *flags, str(cu), "-o", str(ptx)],
+              timeout=NVCC_TIMEOUT_S)
+    report = tools.run(ptxas, ["-v", f"-arch={target.arch}", str(ptx), "-o", str(cubin)])
+    (folder / stages["ptxas"]).write_text(report.stderr + report.stdout)
+
+
+def _torch_version(source: dict[str, Any]) -> str | None:
+    """torch's headers go into a torch source: their version is part of what it compiles to."""
+    if not source.get("torch"):
+        return None
+    import torch
+
+    return torch.__version__
 
 
 _LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;]*>)?\s*<<<\s*[^;]*?,\s*"
@@ -122,7 +172,9 @@ def launch_block_sizes(code: str) -> dict[str, int]:
 
 
 def _include_flags(source: dict[str, Any]) -> list[str]:
-    if not source.get("torch"):
+    """torch's include paths, for its sources and for any that include torch's headers."""
+    if not source.get("torch") and not re.search(r"#\s*include\s*[<\"](torch|ATen|c10)/",
+                                                 source["code"]):
         return []
     from torch.utils.cpp_extension import include_paths
 
@@ -156,8 +208,9 @@ def _hook_torch() -> None:
     def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any,
                     **kwargs: Any) -> Any:
         if cuda_sources:
-            code = "\n".join([cuda_sources] if isinstance(cuda_sources, str) else cuda_sources)
-            _captured.append({"name": name, "code": code, "origin": "load_inline",
+            pieces = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources)
+            _captured.append({"name": name, "code": "\n".join(pieces), "pieces": pieces,
+                              "origin": "load_inline",
                               "flags": list(kwargs.get("extra_cuda_cflags") or []),
                               "includes": list(kwargs.get("extra_include_paths") or []),
                               "torch": not kwargs.get("no_implicit_headers", False)})
@@ -168,7 +221,7 @@ def _hook_torch() -> None:
             file = Path(path)
             if file.suffix in (".cu", ".cuh") and file.is_file():
                 _captured.append({"name": f"{name}_{file.stem}", "origin": str(file),
-                                  "code": file.read_text(errors="replace"),
+                                  "code": file.read_text(errors="replace"), "file": str(file),
                                   "flags": list(kwargs.get("extra_cuda_cflags") or []),
                                   "includes": [str(file.parent),
                                                *(kwargs.get("extra_include_paths") or [])],

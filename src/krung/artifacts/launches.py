@@ -20,6 +20,7 @@ import hashlib
 import inspect
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,39 @@ class LaunchLog:
     def __init__(self) -> None:
         self.described: dict[str, dict[str, Any]] = {}  # CPU: description key -> record
         self.compiled: dict[int, tuple[Any, Any, int]] = {}  # GPU: id -> (fn, kernel, count)
+        # @triton.autotune: the config chosen per kernel and key, and those of recent calls
+        self.autotune: dict[str, dict[str, Any]] = {}
+        self.recent: list[dict[str, Any]] = []
+        self.tuning = 0  # >0 while an autotuner benchmarks its configs: not noted
+
+    def note_autotune(self, tuner: Any, args: tuple, kwargs: dict, before: set,
+                      seconds: float) -> None:
+        """The config `tuner` chose for this call's key (its shape arguments and dtypes)."""
+        named = {**dict(zip(tuner.arg_names, args, strict=False)), **kwargs}
+        named = {k: v for k, v in named.items() if k in tuner.arg_names}
+        shape = {k: _plain(named[k]) for k in tuner.keys if k in named}
+        dtypes = [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        key = tuple([named[k] for k in tuner.keys if k in named] + dtypes)
+        config = tuner.cache.get(key, getattr(tuner, "best_config", None))
+        if config is None:
+            return
+        chosen = {k: _plain(v) for k, v in config.all_kwargs().items()
+                  if v is not None and k != "ir_override"}
+        name = getattr(tuner.base_fn, "__name__", "kernel")
+        record = {"kernel": name, "key": shape, "dtypes": dtypes, "config": chosen,
+                  "label": config_label(chosen), "configs": len(tuner.configs)}
+        if key not in before:  # tuned by this call
+            record["tune_s"] = round(seconds, 3)
+        held = self.autotune.get(json.dumps([name, shape, dtypes], default=str))
+        if held is None and len(self.autotune) < MAX_KERNELS:
+            self.autotune[json.dumps([name, shape, dtypes], default=str)] = record
+        elif held is not None and "tune_s" in record:
+            held.update(record)
+        self.recent.append(record)
 
     def note_compiled(self, fn: Any, kernel: Any) -> None:
+        if self.tuning:  # a config the autotuner tried, not the one it chose
+            return
         key = id(kernel)
         held = self.compiled.get(key)
         if held is not None:
@@ -43,6 +75,8 @@ class LaunchLog:
             self.compiled[key] = (fn, kernel, 1)
 
     def note_interpreted(self, fn: Any, args: tuple, kwargs: dict, grid: Any) -> None:
+        if self.tuning:
+            return
         names, constexprs = _parameters(fn)
         described = [describe(value, name in constexprs)
                      for name, value in zip(names, args, strict=False)]
@@ -94,7 +128,42 @@ def install() -> LaunchLog:
 
     jit.JITFunction.run = run
     interpreter.InterpretedFunction.run = run_interpreted
+    _wrap_autotuner(log)
     return log
+
+
+def _wrap_autotuner(log: LaunchLog) -> None:
+    """Note the config each @triton.autotune call used, and keep the launches made while it
+    benchmarks its configs out of the log: the artifacts are those of the chosen config."""
+    from triton.runtime import autotuner
+
+    original_run = autotuner.Autotuner.run
+    original_bench = autotuner.Autotuner._bench
+
+    @functools.wraps(original_run)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = set(self.cache)
+        start = time.perf_counter()
+        result = original_run(self, *args, **kwargs)
+        with contextlib.suppress(Exception):  # noting is best effort: the launch went on
+            log.note_autotune(self, args, kwargs, before, time.perf_counter() - start)
+        return result
+
+    @functools.wraps(original_bench)
+    def bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+        log.tuning += 1
+        try:
+            return original_bench(self, *args, **kwargs)
+        finally:
+            log.tuning -= 1
+
+    autotuner.Autotuner.run = run
+    autotuner.Autotuner._bench = bench
+
+
+def config_label(config: dict[str, Any]) -> str:
+    """`BLOCK=256 num_warps=4 num_stages=3`: a chosen config as people write it."""
+    return " ".join(f"{k}={v}" for k, v in config.items() if k != "num_ctas" or v != 1)
 
 
 def current() -> LaunchLog | None:

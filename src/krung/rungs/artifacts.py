@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from krung import build_cache
 from krung.artifacts import DEFAULT_ARCH, Target
 from krung.artifacts.inspect import inspect
 from krung.channel import ChannelClosed, spawn
@@ -40,22 +41,24 @@ ROW_KEYS = ("kernel", "function", "specialisation", "dsl", "registers", "static_
 def run(ctx: Context) -> dict[str, Any]:
     out_dir = ctx.run_dir / FOLDER
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = _target(ctx)
+    target = target_for(ctx)
     dsl = detect_dsl(ast.parse(ctx.solution.source))
     compiled = ctx.results.get("compile")
     reply: dict[str, Any] = {}
-    if compiled is None or compiled.ok:
+    # A CUDA version compiled by nvcc alone (no GPU) was never imported by the worker.
+    ran = compiled is None or (compiled.ok and compiled.figures.get("ran", True))
+    if ran:
         reply = ctx.ask({"op": "kernels",
                          "out_dir": str(out_dir) if ctx.device == "cuda" else None},
                         "listing the kernels the version launched", ctx.settings.call_timeout_s)
-    elif dsl not in ("cuda", "cupy"):
-        raise RungSkipped("needs compile, which failed (only CUDA sources can be compiled "
-                          "without running the version)")
+    elif dsl not in ("cuda", "cupy") or compiled.error_type == "DSLNotInstalled":
+        raise RungSkipped(f"needs compile, which {compiled.status.value} (only CUDA sources "
+                          "can be compiled without running the version)")
     records: list[dict[str, Any]] = list(reply.get("compiled") or [])
     launches = reply.get("launches") or []
     dsls = (["triton"] if launches else []) + (["cuda"] if dsl in ("cuda", "cupy") else [])
     if dsls:
-        records += _build(ctx, out_dir, target, dsls, launches, dsl)
+        records += build_kernels(ctx, out_dir, target, dsls, launches, dsl)
     if not records:
         return {"kernels": 0, "note": f"no kernel to inspect: the version ({dsl}) launched no "
                                       "Triton kernel and has no CUDA source krung can find"}
@@ -64,6 +67,8 @@ def run(ctx: Context) -> dict[str, Any]:
         row["files"] = {k: f"{FOLDER}/{row['kernel']}/{v}"
                         for k, v in _files_of(records, row).items()}
     figures = _summary(rows, target, ctx.device)
+    if reply.get("autotune"):  # the configs @triton.autotune chose: their kernels are above
+        figures["autotune"] = reply["autotune"]
     broken = [r for r in rows if r.get("error") and r.get("error_kind", "compile") == "compile"]
     if broken:
         first = broken[0]
@@ -79,7 +84,7 @@ def run(ctx: Context) -> dict[str, Any]:
     return figures
 
 
-def _target(ctx: Context) -> Target:
+def target_for(ctx: Context) -> Target:
     if ctx.settings.artifacts_arch != "auto":
         return Target.parse(ctx.settings.artifacts_arch)
     sm = str(ctx.env.get("sm") or "")
@@ -89,8 +94,9 @@ def _target(ctx: Context) -> Target:
     return Target(DEFAULT_ARCH)
 
 
-def _build(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
-           launches: list[dict[str, Any]], dsl: str) -> list[dict[str, Any]]:
+def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
+                  launches: list[dict[str, Any]], dsl: str,
+                  rung: str = "artifacts") -> list[dict[str, Any]]:
     """Import the version in a build process of its own and have the backends compile."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONUNBUFFERED"] = "1"
@@ -102,8 +108,8 @@ def _build(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     try:
         channel.send({"version": str(ctx.solution.path), "out_dir": str(out_dir),
                       "arch": target.arch, "dsls": dsls + ([dsl] if dsl == "cupy" else []),
-                      "launches": launches})
-        ctx.progress("artifacts", what)
+                      "launches": launches, "cache_dir": str(build_cache.root_for(ctx.run_dir))})
+        ctx.progress(rung, what)
         if not channel.poll(timeout):
             raise RungFailed("Timeout", f"{what} did not finish within {timeout:g} s",
                              "raise --compile-timeout, or look for an import of the version "

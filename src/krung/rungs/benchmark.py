@@ -88,6 +88,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
     reference = ctx.problem.reference
     round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
                          min_samples=max(3, plan.min_samples // ROUNDS))
+    tuned: list[dict[str, Any]] = []
     for round_index, sets in enumerate(rounds):
         key = "inputs" if round_index == 0 else "refill"
         sent = [list(poison_leaves(s, ctx.problem.writable_leaves(s), NAN_BYTE)) for s in sets]
@@ -97,6 +98,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)
         check_conduct(reply, what, set())
         mine.append(Samples(**reply["samples"]))
+        tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
         ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
         _check_timed_outputs(ctx, reply, sets, expected, f"{label}, round {round_index + 1}")
     after = clock_state() if ctx.device == "cuda" else None
@@ -115,6 +117,9 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         "input_sets": count, "l2_flush_bytes": mine[0].l2_flush_bytes,
         "wall_s": round(sum(s.wall_s for s in mine), 3),
     }
+    if tuned:  # @triton.autotune: what it chose for this case's shapes
+        row["config"] = "; ".join(f"{t['kernel']}: {t['label']}" for t in tuned)
+        row["autotune"] = tuned
     if host_us:
         host = summarise(host_us)["median_us"]
         row["host_median_us"] = host

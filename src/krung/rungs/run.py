@@ -6,13 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from krung.errors import RungFailed
-from krung.ladder import Context
+from krung.ladder import Context, RungSkipped
 from krung.problem import case_label
 
 NEEDS = ("compile",)
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    compiled = ctx.results.get("compile")
+    if compiled is not None and compiled.figures.get("ran") is False:
+        from krung.nvcc_only import NOT_RUN
+
+        raise RungSkipped(NOT_RUN.format(arch=compiled.figures.get("arch")))
     case = ctx.problem.test_cases[0]
     what = f"case {case_label(case)}"
     inputs = ctx.make_inputs(case, ctx.seed_for("run", 0))

@@ -1,0 +1,247 @@
+"""Every DSL on a machine without a GPU: each example is recognised by the static rung; a
+DSL that is not installed fails compile with its install command; CUDA C++ is compiled for
+sm_90a with the real nvcc (resources, errors at the version's .py line, a .cu beside it, the
+build cache); @triton.autotune is tuned before timing and its choice recorded."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import krung
+from krung import dsls
+from krung.cuda_source import diagnostics, source_line, static_sources
+from tests.conftest import PROBLEMS, write
+
+SOLUTIONS = PROBLEMS / "vector_add" / "solutions"
+EXAMPLES = {"cuda_inline.py": "cuda", "cuda_file.py": "cuda", "cupy_raw.py": "cupy",
+            "numba_jit.py": "numba", "cutedsl.py": "cutedsl", "tilelang_jit.py": "tilelang",
+            "triton_autotuned.py": "triton"}
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+
+
+@pytest.mark.parametrize("name, dsl", sorted(EXAMPLES.items()))
+def test_the_static_rung_recognises_each_example(store, name, dsl):
+    run = krung.evaluate("vector_add", SOLUTIONS / name, store=store, device="cpu",
+                         rungs="static")
+    assert run.rung("static").ok and run.rung("static").figures["dsl"] == dsl
+
+
+@pytest.mark.parametrize("name, module, command", [
+    ("cutedsl.py", "cutlass", "pip install nvidia-cutlass-dsl"),
+    ("tilelang_jit.py", "tilelang", "pip install tilelang"),
+    ("numba_jit.py", "numba", "pip install 'numba-cuda[cu12]'"),
+    ("cupy_raw.py", "cupy", "pip install cupy-cuda12x"),
+])
+def test_a_dsl_that_is_not_installed_fails_compile_with_its_install_command(
+        store, name, module, command):
+    if dsls.installed(module):
+        pytest.skip(f"{module} is installed here")
+    run = krung.evaluate("vector_add", SOLUTIONS / name, store=store, device="cpu",
+                         rungs="static,compile,run")
+    rung = run.rung("compile")
+    assert rung.error_type == "DSLNotInstalled", rung.line()
+    assert module in rung.error and rung.hint.startswith(f"install it: {command}")
+    line = int(rung.location.rsplit(":", 1)[1])  # the line that imports it
+    assert module in (SOLUTIONS / name).read_text().splitlines()[line - 1]
+    assert run.rung("run").reason == "needs compile, which failed"
+
+
+@needs_nvcc
+def test_cuda_cpp_compiles_for_sm90_without_a_gpu_and_is_not_run(store):
+    run = krung.evaluate("vector_add", SOLUTIONS / "cuda_inline.py", store=store,
+                         device="cpu", rungs="static,compile,run,correctness")
+    compiled = run.rung("compile")
+    assert compiled.ok, compiled.line() + (compiled.details or "")
+    figures = compiled.figures
+    assert figures["arch"] == "sm_90a" and figures["ran"] is False and figures["kernels"] == 1
+    row = figures["per_kernel"][0]
+    assert row["case"] == "krung_vector_add:add_kernel"
+    assert 0 < row["registers"] <= 64 and row["spill_store_bytes"] == 0
+    assert row["static_smem_bytes"] == 0 and row["spills"] is False
+    assert "needs a GPU" in run.rung("run").reason
+    assert "needs a GPU" in run.rung("correctness").reason  # the root cause, passed along
+    assert run.ok  # skipped for the machine, not failed
+    folder = store.parent / "runs" / run.run_id / "artifacts" / "krung_vector_add"
+    assert ".entry _Z10add_kernel" in (folder / "sm_90a.ptx").read_text()
+    assert "Used" in (folder / "sm_90a.ptxas").read_text()
+
+
+BROKEN = '''
+"""A CUDA C++ version with a typo in its kernel."""
+import torch
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+__global__ void add_kernel(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + bb[i];
+}
+torch::Tensor vector_add(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    add_kernel<<<(a.numel() + 127) / 128, 128>>>(a.data_ptr<float>(), b.data_ptr<float>(),
+                                                 out.data_ptr<float>(), a.numel());
+    return out;
+}
+"""
+
+
+def kernel(a, b):
+    ext = load_inline("broken_add", cpp_sources="torch::Tensor vector_add(torch::Tensor a, torch::Tensor b);",
+                      cuda_sources=CUDA, functions=["vector_add"])
+    return ext.vector_add(a, b)
+'''
+
+
+@needs_nvcc
+def test_an_nvcc_error_names_the_line_of_the_py_file(store, version):
+    path = version("broken", BROKEN)
+    run = krung.evaluate("vector_add", path, store=store, device="cpu",
+                         rungs="static,compile,run")
+    rung = run.rung("compile")
+    assert rung.error_type == "CudaCompileError", rung.line()
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "bb[i]" in text)
+    assert rung.location == f"{path}:{line}"
+    assert 'identifier "bb" is undefined' in rung.error
+    assert f"{path}:{line}: error: identifier \"bb\" is undefined" in rung.details
+    assert "out[i] = a[i] + bb[i];" in rung.details  # the version's own line, shown
+    assert run.rung("run").status is krung.Status.SKIPPED
+
+
+BESIDE_PY = '''
+"""Its CUDA is in the .cu file of the same name, built when first called."""
+from pathlib import Path
+
+from torch.utils.cpp_extension import load
+
+
+def kernel(a, b):
+    return load("beside", sources=[str(Path(__file__).with_suffix(".cu"))]).vector_add(a, b)
+'''
+BESIDE_CU = '''
+// Two kernels; the second keeps a tile in shared memory.
+extern "C" __global__ void add_kernel(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void __launch_bounds__(128) tile_kernel(const float* a, float* out, int n) {
+    __shared__ float tile[128];
+    int i = blockIdx.x * 128 + threadIdx.x;
+    tile[threadIdx.x] = i < n ? a[i] : 0.f;
+    __syncthreads();
+    if (i < n) out[i] = tile[127 - threadIdx.x] + undefined_here;
+}
+'''
+
+
+@needs_nvcc
+def test_a_cu_file_beside_the_version_is_compiled_and_its_errors_point_into_it(
+        store, tmp_path):
+    py = write(tmp_path / "versions" / "beside.py", BESIDE_PY)
+    cu = write(tmp_path / "versions" / "beside.cu", BESIDE_CU)
+    run = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    rung = run.rung("compile")
+    assert rung.error_type == "CudaCompileError", rung.line()
+    line = next(i for i, t in enumerate(cu.read_text().splitlines(), 1) if "undefined_here" in t)
+    assert rung.location == f"{cu}:{line}"
+    cu.write_text(cu.read_text().replace(" + undefined_here", ""))
+    run = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    rung = run.rung("compile")
+    assert rung.ok, rung.line() + (rung.details or "")
+    rows = {row["case"]: row for row in rung.figures["per_kernel"]}
+    assert set(rows) == {"beside:add_kernel", "beside:tile_kernel"}
+    assert rows["beside:tile_kernel"]["static_smem_bytes"] == 128 * 4
+    assert rows["beside:tile_kernel"]["threads_per_block"] == 128  # __launch_bounds__
+
+
+@needs_nvcc
+def test_a_second_compile_of_the_same_source_is_a_cache_hit(store, version):
+    source = (SOLUTIONS / "cuda_inline.py").read_text().replace(
+        "krung_vector_add", "krung_cache_test")
+    first = krung.evaluate("vector_add", version("cached", source), store=store, device="cpu",
+                           rungs="static,compile")
+    second = krung.evaluate("vector_add", version("cached_again", source + "\n# edited\n"),
+                            store=store, device="cpu", rungs="static,compile")
+    a, b = first.rung("compile").figures, second.rung("compile").figures
+    assert a["cache"] == "miss" and b["cache"] == "hit", (a, b)
+    assert b["compile_s"] < a["compile_s"] / 5
+    assert b["per_kernel"] == a["per_kernel"]
+    assert (store.parent / "build_cache" / "nvcc").is_dir()
+
+
+def test_autotune_is_done_before_timing_and_its_choice_recorded(store):
+    pytest.importorskip("triton")
+    run = krung.evaluate("vector_add", SOLUTIONS / "triton_autotuned.py", store=store,
+                         device="cpu", rungs="static,compile,run,correctness,benchmark,artifacts")
+    assert run.ok, "\n".join(r.line() for r in run.rungs)
+    (row,) = run.rung("benchmark").figures["per_case"]
+    (tuned,) = row["autotune"]
+    assert tuned["kernel"] == "add_kernel" and tuned["key"] == {"n": 2**18}
+    assert tuned["config"]["BLOCK"] in (256, 1024, 4096) and tuned["configs"] == 3
+    assert row["config"] == f"add_kernel: {tuned['label']}"
+    assert f"BLOCK={tuned['config']['BLOCK']}" in tuned["label"]
+    # the artifacts are those of the configs chosen, never of the ones only tried
+    figures = run.rung("artifacts").figures
+    chosen = {(t["config"]["BLOCK"], t["config"]["num_warps"]) for t in figures["autotune"]}
+    built = {(int(r["specialisation"].split("_")[0].split("=")[1]),
+              int(r["specialisation"].split("_w")[1].split("s")[0]))
+             for r in figures["per_kernel"]}
+    assert built == chosen, (built, chosen)
+    summary = krung.agent_summary(run)
+    assert f"autotuned add_kernel: {tuned['label']}" in summary
+
+
+def test_source_lines_and_nvcc_diagnostics():
+    text = 'x = 1\nCUDA = r"""\n__global__ void k() {\n  y;\n}\n"""\n'
+    code = '\n__global__ void k() {\n  y;\n}\n'
+    assert source_line(text, code) == 2  # the code's first (empty) line sits on line 2
+    output = ('nvcc 13.0 exited with status 2: /tmp/a/sm_90a.cu(7): error: identifier "y" '
+              'is undefined\n    y;\n    ^\n\n1 error detected in the compilation of "a.cu".')
+    (found,) = diagnostics(output, "/other/sm_90a.cu")
+    assert found["line"] == 7 and found["ours"] and found["message"] == 'identifier "y" is undefined'
+
+
+def test_static_sources_find_a_lazy_load_inline(tmp_path):
+    path = write(tmp_path / "lazy.py", BROKEN)
+    (source,) = static_sources(path)
+    assert source["origin"] == "load_inline" and source["name"] == "broken_add"
+    assert "bb[i]" in source["code"] and source["torch"] is True
+
+
+CPP_ONLY = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+CPP = r"""
+#include <torch/extension.h>
+torch::Tensor twice(torch::Tensor x) {
+    return x * 2;
+}
+"""
+ext = load_inline("krung_twice", cpp_sources=CPP, functions=["twice"])
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
+                    reason="torch's extension builds need ninja and a C++ compiler")
+def test_torch_builds_in_the_cache_once_and_reuses_it(tmp_path):
+    """torch's own build path (C++ only here: a CPU build of torch cannot link CUDA), run
+    twice in fresh processes as two worker runs would: the second finds the build."""
+    import json
+    import subprocess
+    import sys
+
+    version = write(tmp_path / "cpp_only.py", CPP_ONLY)
+    script = ("import json, runpy, sys\nfrom pathlib import Path\nfrom krung import torch_build\n"
+              f"torch_build.install({str(tmp_path / 'cache')!r}, Path({str(version)!r}))\n"
+              f"runpy.run_path({str(version)!r})\nprint(json.dumps(torch_build.builds()))\n")
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                      text=True, check=True, timeout=600).stdout.splitlines()[-1])
+            for _ in range(2)]
+    (first,), (second,) = runs
+    assert first["cache"] == "miss" and second["cache"] == "hit"
+    assert first["folder"] == second["folder"] and "torch_extensions/krung_twice_" in first["folder"]
+    assert second["build_s"] < first["build_s"] / 10

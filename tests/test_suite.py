@@ -80,9 +80,12 @@ def test_gpumode_suite_with_solutions_named_by_directory(krung, tmp_path):
     shutil.copy(GPUMODE / "matmul_py" / "submission.py", solutions / "matmul_py.py")
     shutil.copy(GPUMODE / "rowsoftmax_py" / "solutions" / "wrong_temperature.py",
                 solutions / "rowsoftmax_py.py")
-    result = krung("suite", GPUMODE, "--solutions", solutions, "--json", timeout=900)
+    # Two at once, through the local executor, as `krung batch --workers 2` runs them.
+    result = krung("suite", GPUMODE, "--solutions", solutions, "--workers", "2", "--json",
+                   timeout=900)
     assert result.code == 1, result.stderr
     suite = result.json()
+    assert [p["problem"] for p in suite["problems"]] == ["matmul_py", "rowsoftmax_py"]
     verdicts = {p["problem"]: (p["format"], p["correct"]) for p in suite["problems"]}
     assert verdicts == {"matmul_py": ("gpumode", True), "rowsoftmax_py": ("gpumode", False)}
     assert suite["scores"]["correctness"] == 0.5

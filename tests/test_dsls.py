@@ -63,6 +63,11 @@ def test_cuda_cpp_compiles_for_sm90_without_a_gpu_and_is_not_run(store):
     assert "needs a GPU" in run.rung("run").reason
     assert "needs a GPU" in run.rung("correctness").reason  # the root cause, passed along
     assert run.ok  # skipped for the machine, not failed
+    from krung import report
+
+    assert report.verdict(run).endswith("(run, correctness skipped); correctness NOT checked")
+    assert report.agent_summary(run).splitlines()[-1].startswith(
+        "next: correctness is not checked yet: run was skipped (no GPU here")
     folder = store.parent / "runs" / run.run_id / "artifacts" / "krung_vector_add"
     assert ".entry _Z10add_kernel" in (folder / "sm_90a.ptx").read_text()
     assert "Used" in (folder / "sm_90a.ptxas").read_text()

@@ -184,9 +184,10 @@ def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None]) ->
         if blocked:
             need = blocked[0]
             state = ctx.results[need].status.value
+            # The root cause once, on the rungs right after the rung that could not run.
             why = ctx.results[need].reason if state == "skipped" else None
-            if why and why.startswith("needs ") and why.endswith(")"):  # keep the root cause
-                why = why[why.index("(") + 1:-1]
+            if why and why.startswith("needs "):
+                why = None
             result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}"
                                 + (f" ({why})" if why else ""))
         else:

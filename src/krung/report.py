@@ -49,8 +49,18 @@ def verdict(run: Run) -> str:
         return f"FAILED  run {run.run_id}: {', '.join(failed)} failed"
     if run.skipped:
         names = ", ".join(r.name for r in run.skipped)
-        return f"OK  run {run.run_id}: every rung that could run passed ({names} skipped)"
+        return (f"OK  run {run.run_id}: every rung that could run passed ({names} skipped)"
+                + _UNCHECKED * _correctness_unchecked(run))
     return f"OK  run {run.run_id}: every rung passed"
+
+
+_UNCHECKED = "; correctness NOT checked"
+
+
+def _correctness_unchecked(run: Run) -> bool:
+    """The ladder had the correctness rung, and it could not run (no GPU for CUDA C++...)."""
+    correctness = run.rung("correctness")
+    return correctness is not None and correctness.status is Status.SKIPPED
 
 
 def case_table(result: RungResult) -> Table | None:
@@ -178,7 +188,8 @@ def _agent_verdict(run: Run, failed: RungResult | None) -> str:
         return f"INCOMPLETE (no rung ran to the end)  {where}"
     if run.skipped:
         names = ", ".join(r.name for r in run.skipped)
-        return f"OK (every rung that could run passed; {names} skipped)  {where}"
+        return (f"OK (every rung that could run passed; {names} skipped"
+                f"{_UNCHECKED * _correctness_unchecked(run)})  {where}")
     return f"OK (every rung passed)  {where}"
 
 
@@ -322,9 +333,16 @@ def _next_step(run: Run, failed: RungResult | None) -> str:
         return (f"{format_value(roofline.figures.get('pct_of_roofline'))}% of the roofline; "
                 f"the furthest case is {roofline.figures.get('worst_case')}: "
                 f"{roofline.figures.get('limiter')}")
-    # A rung skipped for want of a GPU is no step to take; one skipped for a need is.
+    # A rung skipped for want of a GPU is no step to take; one skipped for a need is, and a
+    # correctness left unchecked is the first thing to say.
     skipped = [r for r in run.rungs if r.status is Status.SKIPPED
                and (r.reason or "").startswith("needs ")]
+    roots = [r for r in run.rungs if r.status is Status.SKIPPED
+             and not (r.reason or "").startswith("needs ")]
+    correctness = run.rung("correctness")
+    if correctness is not None and correctness.status is Status.SKIPPED and roots:
+        return (f"correctness is not checked yet: {roots[0].name} was skipped ({roots[0].reason});"
+                " evaluate it where that rung can run before relying on this version")
     if skipped:
         return f"{skipped[0].name} was skipped: {skipped[0].reason}"
     bench = run.rung("benchmark")

@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
 # What only a GPU can check, in parts that each fit one 10-minute device call:
-#   scripts/gpu_check.sh tests     the `gpu` tests of the ladder, trust, formats
-#   scripts/gpu_check.sh inspect   the `gpu` tests of artifacts, profile, trace, roofline
-#   scripts/gpu_check.sh bench     timing accuracy (with ncu), profiler start, loop latency
+#   scripts/gpu_check.sh ladder    the `gpu` tests of the ladder and the built-in problems
+#   scripts/gpu_check.sh formats   KernelBench, GPU MODE, red team, executors on one GPU
+#   scripts/gpu_check.sh inspect   artifacts, profile, trace, calibration, roofline
+#   scripts/gpu_check.sh dsls      every DSL's example; CuTeDSL/TileLang need their wheels
+#                                  installed first (scripts/install_dsl_wheels.sh, then
+#                                  PYTHONPATH=<its target>)
+#   scripts/gpu_check.sh bench     profiler start, timing accuracy (with ncu), loop latency
 # Logs go to $OUT (default /tmp/krung-gpu); run from the repository's root.
 set -uo pipefail
 OUT=${OUT:-/tmp/krung-gpu}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-part=${1:-tests}
+part=${1:-ladder}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-pytest() { python3 -m pytest -m gpu -p no:cacheprovider -rs --durations=15 "$@"; }
+gpu_tests() { python3 -m pytest -m gpu -p no:cacheprovider -rs -s --durations=15 "$@"; }
 case "$part" in
-  tests)
-    pytest tests/test_gpu.py tests/test_builtin_problems.py tests/test_kernelbench.py \
-      tests/test_gpumode.py tests/test_red_team.py tests/test_scale.py -s 2>&1 | tee "$OUT/tests.log" ;;
-  inspect)
-    pytest tests/test_gpu_profile_trace.py tests/test_gpu_roofline.py -s 2>&1 | tee "$OUT/inspect.log" ;;
+  ladder) gpu_tests tests/test_gpu.py tests/test_builtin_problems.py 2>&1 | tee "$OUT/ladder.log" ;;
+  formats) gpu_tests tests/test_kernelbench.py tests/test_gpumode.py tests/test_red_team.py \
+             tests/test_scale.py 2>&1 | tee "$OUT/formats.log" ;;
+  inspect) gpu_tests tests/test_gpu_profile_trace.py tests/test_gpu_roofline.py 2>&1 \
+             | tee "$OUT/inspect.log" ;;
+  dsls) gpu_tests tests/test_gpu_dsls.py 2>&1 | tee "$OUT/dsls.log" ;;
   bench)
     { python3 benchmarks/profiler_start.py
       python3 benchmarks/timing_accuracy.py --ncu
       python3 benchmarks/loop_latency.py --device cuda --warm 3; } 2>&1 | tee "$OUT/bench.log" ;;
-  *) echo "unknown part $part: tests, inspect or bench" >&2; exit 2 ;;
+  *) echo "unknown part $part: ladder, formats, inspect, dsls or bench" >&2; exit 2 ;;
 esac

@@ -199,3 +199,22 @@ def test_batch_command_prints_progress_and_the_table(krung, scale_problem, versi
     assert "1/2 passed" in result.stdout, said
     data = krung("batch", scale_problem, versions[0], "--rungs", "static", "--json").json()
     assert data["passed"] == 1 and data["outcomes"][0]["run"]["ok"]
+
+
+@pytest.mark.gpu
+def test_two_correctness_workers_share_one_gpu(scale_problem, version, store):
+    """The queue with one GPU: two evaluations at once on GPU 0 (correctness only), each
+    pinned to it and recorded with its UUID; a crash among them is a failed run."""
+    settings = Settings(store=store, device="cuda")
+    versions = [version(f"good{i}", GOOD) for i in range(4)] + [version("segv", SEGFAULT)]
+    executor = krung.make_executor("local", gpus=["0"], per_gpu=2)
+    assert executor.slots == 2
+    start = time.perf_counter()
+    outcomes = krung.run_batch(str(scale_problem), versions, executor, settings,
+                               rungs=CORRECTNESS)
+    print(f"5 versions, 2 slots on one GPU: {time.perf_counter() - start:.1f} s")
+    runs = {Path(o.job.solution).stem: o.run for o in outcomes}
+    assert all(runs[f"good{i}"].ok for i in range(4))
+    assert runs["segv"].rung("compile").error_type == "WorkerCrashed"
+    assert {r.env.get("visible_devices") for r in runs.values()} == {"0"}
+    assert len({r.env.get("device_uuid") for r in runs.values()}) == 1

@@ -6,6 +6,8 @@ build cache); @triton.autotune is tuned before timing and its choice recorded.""
 from __future__ import annotations
 
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -250,3 +252,42 @@ def test_torch_builds_in_the_cache_once_and_reuses_it(tmp_path):
     assert first["cache"] == "miss" and second["cache"] == "hit"
     assert first["folder"] == second["folder"] and "torch_extensions/krung_twice_" in first["folder"]
     assert second["build_s"] < first["build_s"] / 10
+
+
+SCALE_KERNEL = r"""
+extern "C" __global__ void scale_kernel(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + 1.0f;
+}
+"""
+
+
+@needs_nvcc
+def test_kernels_cutedsl_kept_as_it_ran_become_artifacts(tmp_path):
+    """CuTeDSL writes the PTX and CUBIN of what it compiles where the worker's environment
+    says; the artifacts rung inspects them like any other kernel (here nvcc stands in for
+    CuTeDSL's compiler: the files are real)."""
+    from krung.artifacts import Target, dumped
+    from krung.artifacts.inspect import inspect
+
+    run_dir = tmp_path / "run"
+    env = dumped.dump_env(run_dir)
+    assert env["CUTE_DSL_KEEP_PTX"] == env["CUTE_DSL_KEEP_CUBIN"] == "1"
+    kept = Path(env["CUTE_DSL_DUMP_DIR"]) / "session"
+    kept.mkdir(parents=True)
+    source = tmp_path / "scale.cu"
+    source.write_text(SCALE_KERNEL)
+    for kind in ("ptx", "cubin"):
+        subprocess.run(["nvcc", "-arch=sm_90a", f"-{kind}", str(source), "-o",
+                        str(kept / f"cutlass_scale_kernel.{kind}")], check=True)
+    with (kept / "cutlass_scale_kernel.ptx").open("ab") as ptx:
+        ptx.write(b"\0\0")  # as CuTeDSL's PTX dumps end
+    out_dir = run_dir / "artifacts"
+    [record] = dumped.collect(dumped.dump_dir(run_dir, "cutedsl"), out_dir, "cutedsl",
+                              Target("sm_90a"))
+    assert record["kernel"] == "cutlass_scale_kernel" and record["dsl"] == "cutedsl"
+    [row] = inspect(record, out_dir)
+    assert row["function"] == "scale_kernel" and 0 < row["registers"] <= 32, row
+    assert row["spills"] is False and "ptxas" in record["files"] and "sass" in record["files"]
+    assert b"\0" not in (out_dir / "cutlass_scale_kernel" / "sm_90a.ptx").read_bytes()
+    assert dumped.collect(tmp_path / "nothing", out_dir, "cutedsl", Target("sm_90a")) == []

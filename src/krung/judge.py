@@ -32,8 +32,11 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
     settings = Settings(**request["settings"])
     run_dir = Path(request["run_dir"])
     solution = read_solution(request["solution"])
+    from krung.artifacts.dumped import dump_env
+
+    # The DSLs that can keep the kernels they compile (CuTeDSL) keep them in the run's folder.
     candidate = Candidate(request["device"], run_dir, solution.path, settings.cuda_ipc,
-                          settings.max_file_bytes)
+                          settings.max_file_bytes, env=dump_env(run_dir))
     candidate.start()  # its start-up overlaps ours
     channel.send({"type": "env", "env": {"worker_pid": candidate.pid}})
     try:

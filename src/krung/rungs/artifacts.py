@@ -7,7 +7,8 @@ stages its DSL produces into the run's folder, `artifacts/<kernel>/<specialisati
 - Triton on a GPU: the kernels the worker actually compiled (TTIR, TTGIR, LLIR, PTX, CUBIN);
 - Triton on a CPU: the launches the interpreter ran, compiled for sm_90a (or
   KRUNG_ARTIFACTS_ARCH) in a separate build process;
-- CUDA C++ (torch's load_inline/load, CuPy's RawKernel, a `.cu` beside the version): nvcc.
+- CUDA C++ (torch's load_inline/load, CuPy's RawKernel, a `.cu` beside the version): nvcc;
+- CuTeDSL: the PTX and CUBIN its compiler kept as the version ran (krung.artifacts.dumped).
 Then SASS and the resource reports, and per function the figures (krung.artifacts.inspect).
 A kernel that runs under the interpreter but does not compile for the GPU fails the rung.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from krung import build_cache
-from krung.artifacts import DEFAULT_ARCH, Target
+from krung.artifacts import DEFAULT_ARCH, Target, dumped
 from krung.artifacts.inspect import inspect
 from krung.channel import ChannelClosed, spawn
 from krung.errors import RungFailed
@@ -55,6 +56,8 @@ def run(ctx: Context) -> dict[str, Any]:
         raise RungSkipped(f"needs compile, which {compiled.status.value} (only CUDA sources "
                           "can be compiled without running the version)")
     records: list[dict[str, Any]] = list(reply.get("compiled") or [])
+    if dsl == "cutedsl":  # what CuTeDSL compiled as the version ran, kept by the worker
+        records += dumped.collect(dumped.dump_dir(ctx.run_dir, dsl), out_dir, dsl, target)
     launches = reply.get("launches") or []
     dsls = (["triton"] if launches else []) + (["cuda"] if dsl in ("cuda", "cupy") else [])
     if dsls:

@@ -73,6 +73,30 @@ def test_gpu_slots_pin_each_evaluation_and_refuse_shared_benchmarks(scale_proble
         list(shared.map([Job(str(scale_problem), str(versions[0]))], settings))
 
 
+def test_a_gpu_named_twice_is_one_slot(scale_problem, version, settings):
+    executor = krung.make_executor("local", gpus=["0", "0"])
+    assert executor.gpus == ["0"] and executor.slots == 1  # not two benchmarks on GPU 0
+    versions = [version(f"twice{i}", SAYS_SLOT) for i in range(2)]
+    outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs="static,compile")
+                                  for v in versions], settings))
+    assert [o.run is not None and o.run.ok for o in outcomes] == [True, True]
+
+
+@pytest.mark.gpu
+def test_workers_without_gpus_refuse_to_benchmark_together(scale_problem, version, store):
+    """On a machine with a GPU, --workers 2 without --gpus would time two versions at once
+    on GPU 0: refused, with the flags that fix it; correctness-only batches still run."""
+    settings = Settings(store=store, device="cuda")
+    good = version("good", GOOD)
+    executor = krung.make_executor("local", workers=2)
+    with pytest.raises(krung.UsageError, match="benchmarks would share a GPU") as refused:
+        list(executor.map([Job(str(scale_problem), str(good))] * 2, settings))
+    assert "--gpus all" in (refused.value.hint or "")
+    outcomes = list(executor.map([Job(str(scale_problem), str(good), rungs=CORRECTNESS)] * 2,
+                                 settings))
+    assert all(o.run is not None and o.run.ok for o in outcomes)
+
+
 def test_a_missing_version_is_an_outcome_not_an_abort(scale_problem, version, settings,
                                                       tmp_path):
     jobs = [Job(str(scale_problem), str(tmp_path / "nope.py"), rungs="static"),

@@ -212,6 +212,22 @@ def test_ray_executor_on_a_local_instance(scale_problem, version, settings):
     assert Store(settings.store).get(runs["good"].run_id).env["evaluated_on"] == "ray:local"
 
 
+def test_ray_reserves_a_gpu_for_an_auto_device_job_on_a_cluster_with_gpus(scale_problem,
+                                                                       version, store):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:  # a GPU resource Ray counts (none need exist): a task holding it is given GPU 0
+        outcomes = krung.run_batch(str(scale_problem), [version("says", SAYS_SLOT)],
+                                   krung.make_executor("ray"), Settings(store=store),
+                                   rungs="static,compile")
+    finally:
+        ray.shutdown()
+    (outcome,) = outcomes
+    assert outcome.run is not None, outcome.error
+    log = (Store(store).artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
+    assert "slot 0" in log  # the task asked for one GPU and Ray gave it GPU 0
+
+
 def test_batch_command_prints_progress_and_the_table(krung, scale_problem, version):
     versions = [version("good", GOOD), version("tail", TAIL_BUG)]
     result = krung("batch", scale_problem, *versions, "--rungs", CORRECTNESS, "--workers", "2")

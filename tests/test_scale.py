@@ -258,3 +258,27 @@ def test_two_correctness_workers_share_one_gpu(scale_problem, version, store):
     assert runs["segv"].rung("compile").error_type == "WorkerCrashed"
     assert {r.env.get("visible_devices") for r in runs.values()} == {"0"}
     assert len({r.env.get("device_uuid") for r in runs.values()}) == 1
+
+
+def test_a_packed_gpumode_job_takes_the_files_above_it_and_the_helpers_beside_it(tmp_path,
+                                                                                settings):
+    from tests.conftest import GPUMODE
+
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    (versions / "helper.py").write_text("def add(a, b, c):\n    return c.copy_(a + b)\n")
+    (versions / "v.py").write_text("from helper import add\n\n\ndef custom_kernel(data):\n"
+                                   "    return add(*data)\n")
+    job = Job(str(GPUMODE / "vectoradd_py"), str(versions / "v.py"), rungs=CORRECTNESS)
+    remote = tmp_path / "elsewhere"
+    unpack(pack(job, settings), remote)
+    assert (remote / "problem" / "utils.py").is_file()  # task.yml's ../utils.py
+    assert (remote / "version" / "helper.py").is_file()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(remote / "src")
+    done = subprocess.run([sys.executable, "-m", "krung.scale.job", str(remote)], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=remote)
+    assert done.returncode == 0, done.stderr
+    run = receive(json.loads(done.stdout.strip().splitlines()[-1]), job, Store(settings.store),
+                  where="test")
+    assert run.ok, [r.error for r in run.rungs if r.error]

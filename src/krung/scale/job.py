@@ -1,8 +1,9 @@
 """One evaluation packed to run somewhere else, and its run brought back.
 
-`pack` makes a tar.gz of everything the evaluation needs: the problem directory, the version
-(and the files beside it that its source names, such as a `.cu` file), the job's options and
-(for hosts without krung) krung's own sources. On the other side,
+`pack` makes a tar.gz of everything the evaluation needs: the problem directory (and the files
+a GPU MODE task.yml brings from the folder above), the version (and the files beside it that
+its source names, and every small module and CUDA source there), the job's options and (for
+hosts without krung) krung's own sources. On the other side,
 `python -m krung.scale.job DIR` (or `run_packed`) evaluates it with a store of its own and
 prints one JSON object: the run, with its source, and the small files of its artifact folder.
 `receive` imports that run into the caller's store, with the caller's paths, and writes the
@@ -14,13 +15,17 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import posixpath
 import sys
 import tarfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from krung.problem import find_problem
+from krung.errors import UsageError
+from krung.problem import GPUMODE, detect_format, find_problem
+from krung.problem.gpumode import read_task
 from krung.results import Run
 from krung.scale import Job
 from krung.settings import Settings
@@ -28,6 +33,8 @@ from krung.solution import read_solution
 from krung.store import Store
 
 MAX_SHIPPED_FILE = 64 << 20  # problem files larger than this stay home
+MAX_HELPER_FILE = 1 << 20  # modules and CUDA sources beside the version up to this travel
+HELPER_SUFFIXES = {".py", ".cu", ".cuh", ".h"}
 MAX_RETURNED_FILE = 8 << 20  # artifact files larger than this are not sent back
 _SKIP = {"__pycache__", ".git", ".krung", "solutions"}
 
@@ -47,16 +54,51 @@ def pack(job: Job, settings: Settings, with_krung: bool = True) -> bytes:
             if path.is_file() and not _SKIP & set(relative.parts) and \
                     path.stat().st_size <= MAX_SHIPPED_FILE:
                 tar.add(path, arcname=f"problem/{problem_dir.name}/{relative}")
+        for path, arcname in _brought_files(problem_dir):
+            tar.add(path, arcname=arcname)
         tar.add(version.path, arcname=f"version/{version.name}")
-        for sibling in sorted(version.path.parent.iterdir()):  # files the version names
-            if sibling.is_file() and sibling != version.path and sibling.name in version.source \
-                    and sibling.stat().st_size <= MAX_SHIPPED_FILE:
+        for sibling in sorted(version.path.parent.iterdir()):
+            if sibling.is_file() and sibling != version.path and _travels_with(sibling,
+                                                                             version.source):
                 tar.add(sibling, arcname=f"version/{sibling.name}")
         if with_krung:
             package = Path(__file__).resolve().parent.parent
             for path in sorted(package.rglob("*.py")):
                 tar.add(path, arcname=f"src/krung/{path.relative_to(package)}")
     return buffer.getvalue()
+
+
+def _travels_with(sibling: Path, source: str) -> bool:
+    """A file beside the version goes with it when the version names it, or when it is a
+    small module or CUDA source it may import or include (`from helper import add`)."""
+    size = sibling.stat().st_size
+    if sibling.suffix in HELPER_SUFFIXES and size <= MAX_HELPER_FILE:
+        return True
+    return sibling.name in source and size <= MAX_SHIPPED_FILE
+
+
+def _brought_files(problem_dir: Path) -> list[tuple[Path, str]]:
+    """The files a GPU MODE task.yml brings from outside its directory (`../utils.py`), each
+    with its place beside the shipped problem directory."""
+    if detect_format(problem_dir) != GPUMODE:
+        return []
+    found = []
+    for entry in read_task(problem_dir).get("files") or []:
+        source = entry.get("source") if isinstance(entry, dict) else None
+        if not isinstance(source, str) or source.startswith("@"):
+            continue
+        path = (problem_dir / source).resolve()
+        if not path.is_file() or path.is_relative_to(problem_dir.resolve()):
+            continue
+        arcname = posixpath.normpath(f"problem/{problem_dir.name}/"
+                                     f"{Path(os.path.relpath(path, problem_dir)).as_posix()}")
+        if not arcname.startswith("problem/"):
+            raise UsageError(f"task.yml of {problem_dir} brings {source}, more than one folder "
+                             "above the problem: it cannot travel with the job",
+                             hint="copy the file into the problem's folder or the one above, "
+                                  "and name it from there in task.yml")
+        found.append((path, arcname))
+    return found
 
 
 def unpack(data: bytes, workdir: Path) -> None:

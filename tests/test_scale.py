@@ -282,3 +282,22 @@ def test_a_packed_gpumode_job_takes_the_files_above_it_and_the_helpers_beside_it
     run = receive(json.loads(done.stdout.strip().splitlines()[-1]), job, Store(settings.store),
                   where="test")
     assert run.ok, [r.error for r in run.rungs if r.error]
+
+
+def test_a_broken_problem_over_ssh_reads_as_it_does_here(sshd, tmp_path, version, settings):
+    from tests.conftest import GPUMODE
+
+    shutil.copytree(GPUMODE, tmp_path / "gm")
+    task = tmp_path / "gm" / "rowsoftmax_py" / "task.yml"
+    task.write_text(task.read_text().replace("benchmarks:", "old_benchmarks:"))
+    job = Job(str(task.parent), str(version("v", "def custom_kernel(data):\n    return 1\n")),
+              rungs=CORRECTNESS)
+    target, options = sshd
+    executor = krung.make_executor("ssh", remote=target, ssh_options=options,
+                                   python=sys.executable)
+    (remote,) = executor.map([job], settings)
+    (here,) = krung.make_executor("local").map([job], settings)
+    assert remote.run is None and here.run is None
+    assert remote.error.startswith("ProblemError: problem ")
+    assert "task.yml has no `benchmarks` list" in remote.error
+    assert (remote.error, remote.hint) == (here.error, here.hint)

@@ -5,7 +5,8 @@ a GPU MODE task.yml brings from the folder above), the version (and the files be
 its source names, and every small module and CUDA source there), the job's options and (for
 hosts without krung) krung's own sources. On the other side,
 `python -m krung.scale.job DIR` (or `run_packed`) evaluates it with a store of its own and
-prints one JSON object: the run, with its source, and the small files of its artifact folder.
+prints one JSON object: the run, with its source, and the small files of its artifact folder
+(or, when the evaluation could not start, its KrungError: `outcome_of` rebuilds it).
 `receive` imports that run into the caller's store, with the caller's paths, and writes the
 files into its artifact folder.
 """
@@ -23,11 +24,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from krung.errors import UsageError
+from krung.errors import KrungError, ProblemError, UsageError
 from krung.problem import GPUMODE, detect_format, find_problem
 from krung.problem.gpumode import read_task
 from krung.results import Run
-from krung.scale import Job
+from krung.scale import Job, Outcome
 from krung.settings import Settings
 from krung.solution import read_solution
 from krung.store import Store
@@ -138,6 +139,41 @@ def receive(result: dict[str, Any], job: Job, store: Store, where: str) -> Run:
     return run
 
 
+def error_record(exc: KrungError) -> dict[str, Any]:
+    """A KrungError raised where the job ran, as JSON: its type, message, hint, defects."""
+    record: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message,
+                              "hint": exc.hint}
+    if isinstance(exc, ProblemError):
+        record.update(path=exc.path, defects=exc.defects)
+    return {"error": record}
+
+
+def rebuild_error(record: dict[str, Any]) -> KrungError:
+    """The error `error_record` sent, as the caller would have raised it here."""
+    if record.get("type") == "ProblemError":
+        return ProblemError(record["path"], [(what, fix) for what, fix in record["defects"]])
+    kind = UsageError if record.get("type") == "UsageError" else KrungError
+    return kind(record["message"], hint=record.get("hint"))
+
+
+def outcome_of(result: dict[str, Any], job: Job, settings: Settings, where: str) -> Outcome:
+    """The caller's outcome of a job's result: the run, imported into settings.store, or the
+    error that stopped the evaluation where it ran (a broken problem), as it reads here."""
+    if "error" in result:
+        record = result["error"]
+        if record.get("type") == "ProblemError":  # the problem as the caller names it
+            here, there = str(find_problem(job.problem)), record["path"]
+            record = {**record, "path": here, "defects": [
+                [text.replace(there, here) for text in defect] for defect in record["defects"]]}
+        exc = rebuild_error(record)
+        return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
+    store = Store(settings.store)
+    try:
+        return Outcome(job, run=receive(result, job, store, where=where))
+    finally:
+        store.close()
+
+
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -146,7 +182,11 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def main() -> None:
     """`python -m krung.scale.job DIR`: DIR holds an unpacked job; prints its result."""
-    result = run_packed(Path(sys.argv[1]))
+    try:
+        result = run_packed(Path(sys.argv[1]))
+    except KrungError as exc:  # a broken problem, say: the caller rebuilds the same error
+        sys.stdout.write(json.dumps(error_record(exc)) + "\n")
+        raise SystemExit(2) from None
     sys.stdout.write(json.dumps(result) + "\n")
 
 

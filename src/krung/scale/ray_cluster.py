@@ -16,9 +16,8 @@ from typing import Any
 
 from krung.errors import KrungError, UsageError
 from krung.scale import Job, Outcome
-from krung.scale.job import pack, receive, run_packed, unpack
+from krung.scale.job import error_record, outcome_of, pack, run_packed, unpack
 from krung.settings import Settings
-from krung.store import Store
 
 
 def evaluate_packed(payload: bytes) -> dict[str, Any]:
@@ -29,7 +28,10 @@ def evaluate_packed(payload: bytes) -> dict[str, Any]:
         workdir = Path(scratch)
         unpack(payload, workdir)
         sys.path.insert(0, str(workdir / "src"))
-        return run_packed(workdir)
+        try:
+            return run_packed(workdir)
+        except KrungError as exc:  # a broken problem: the caller rebuilds the same error
+            return error_record(exc)
 
 
 class RayExecutor:
@@ -78,8 +80,4 @@ class RayExecutor:
                 yield Outcome(job, error=f"RayTaskFailed: {exc}",
                               hint="read the Ray worker's log for why the task ended")
                 continue
-            store = Store(settings.store)
-            try:
-                yield Outcome(job, run=receive(result, job, store, where=where))
-            finally:
-                store.close()
+            yield outcome_of(result, job, settings, where=where)

@@ -301,3 +301,57 @@ def test_a_broken_problem_over_ssh_reads_as_it_does_here(sshd, tmp_path, version
     assert remote.error.startswith("ProblemError: problem ")
     assert "task.yml has no `benchmarks` list" in remote.error
     assert (remote.error, remote.hint) == (here.error, here.hint)
+
+
+def test_packed_runs_bring_back_their_folders_parent_and_take_the_ceilings(
+        scale_problem, version, settings, tmp_path):
+    import base64
+
+    from krung.scale.job import run_packed
+
+    ceilings = {"key": {"device_name": "NVIDIA H200", "driver": "570.1", "torch": "2.13.0",
+                        "cuda": "13.0", "method": "v1"},
+                "record": {"dram_bytes_per_s": 4.3e12}, "measured_at": "2026-12-01T10:00:00"}
+    Store(settings.store).save_calibration(ceilings)
+    job = Job(str(scale_problem), str(version("tri", TRITON)), rungs=f"{CORRECTNESS},artifacts")
+    ids = []
+    for turn in range(2):
+        remote = tmp_path / f"elsewhere{turn}"
+        unpack(pack(job, settings), remote)
+        result = run_packed(remote)
+        assert Store(remote / "store" / "krung.db").calibrations() == [ceilings]
+        assert result["calibrations"] == []  # nothing new was measured there
+        sent = [name for name in result["files"] if name.startswith("artifacts/")]
+        assert sent, "the artifacts rung's folder (PTX compiled for sm_90a) came back"
+        run = receive(result, job, Store(settings.store), where="test")
+        folder = Store(settings.store).artifacts_dir(run.run_id)
+        assert all((folder / name).read_bytes() == base64.b64decode(result["files"][name])
+                   for name in sent)
+        assert run.rung("artifacts").ok, run.rung("artifacts").error
+        assert (folder / "worker.log").is_file()
+        ids.append(run.run_id)
+    assert Store(settings.store).get(ids[1]).parent == ids[0]  # the previous run, found here
+    for name in ("../escape.txt", "/tmp/escape.txt"):
+        result["files"] = {name: base64.b64encode(b"x").decode()}
+        with pytest.raises(krung.UsageError, match="outside its artifact folder"):
+            receive(result, job, Store(settings.store), where="test")
+
+
+TRITON = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def twice_plus_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2 + 1, mask=mask)
+
+
+def kernel(x):
+    out = torch.empty_like(x)
+    twice_plus_one[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+"""

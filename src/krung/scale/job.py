@@ -21,7 +21,7 @@ import posixpath
 import sys
 import tarfile
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from krung.errors import KrungError, ProblemError, UsageError
@@ -37,6 +37,7 @@ MAX_SHIPPED_FILE = 64 << 20  # problem files larger than this stay home
 MAX_HELPER_FILE = 1 << 20  # modules and CUDA sources beside the version up to this travel
 HELPER_SUFFIXES = {".py", ".cu", ".cuh", ".h"}
 MAX_RETURNED_FILE = 8 << 20  # artifact files larger than this are not sent back
+MAX_RETURNED = 64 << 20  # nor any once the files sent back add up to this
 _SKIP = {"__pycache__", ".git", ".krung", "solutions"}
 
 
@@ -44,7 +45,8 @@ def pack(job: Job, settings: Settings, with_krung: bool = True) -> bytes:
     problem_dir = find_problem(job.problem)
     version = read_solution(job.solution)
     spec = {"job": asdict(job), "problem": problem_dir.name, "version": version.name,
-            "settings": {k: v for k, v in asdict(settings).items() if k != "store"}}
+            "settings": {k: v for k, v in asdict(settings).items() if k != "store"},
+            "calibrations": _calibrations(settings)}  # the roofline's ceilings, known here
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         _add_bytes(tar, "job.json", json.dumps(spec, default=str).encode())
@@ -67,6 +69,16 @@ def pack(job: Job, settings: Settings, with_krung: bool = True) -> bytes:
             for path in sorted(package.rglob("*.py")):
                 tar.add(path, arcname=f"src/krung/{path.relative_to(package)}")
     return buffer.getvalue()
+
+
+def _calibrations(settings: Settings) -> list[dict[str, Any]]:
+    if not Path(settings.store).is_file():
+        return []
+    store = Store(settings.store)
+    try:
+        return store.calibrations()
+    finally:
+        store.close()
 
 
 def _travels_with(sibling: Path, source: str) -> bool:
@@ -116,14 +128,27 @@ def run_packed(workdir: Path) -> dict[str, Any]:
     settings = Settings(store=workdir / "store" / "krung.db",
                         **{k: v for k, v in spec["settings"].items()
                            if k in Settings.__dataclass_fields__})
-    run = evaluate(workdir / "problem" / spec["problem"], workdir / "version" / spec["version"],
-                   rungs=job["rungs"], device=job["device"], seed=job["seed"],
-                   precision=job.get("precision"), settings=settings)
-    folder = workdir / "store" / "runs" / run.run_id
-    files = {p.name: base64.b64encode(p.read_bytes()).decode()
-             for p in sorted(folder.glob("*")) if p.is_file()
-             and p.stat().st_size <= MAX_RETURNED_FILE} if folder.is_dir() else {}
-    return {"run": run.to_json(with_source=True), "files": files}
+    shipped = spec.get("calibrations") or []
+    store = Store(settings.store)
+    try:
+        for entry in shipped:  # the caller's ceilings: no device is measured twice
+            store.save_calibration(entry)
+        run = evaluate(workdir / "problem" / spec["problem"],
+                       workdir / "version" / spec["version"], rungs=job["rungs"],
+                       device=job["device"], seed=job["seed"], precision=job.get("precision"),
+                       settings=settings, store=store)
+        measured = [c for c in store.calibrations() if c not in shipped]
+        folder = store.artifacts_dir(run.run_id, create=False)
+    finally:
+        store.close()
+    files, total = {}, 0
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        size = path.stat().st_size if path.is_file() else 0
+        if path.is_file() and size <= MAX_RETURNED_FILE and total + size <= MAX_RETURNED:
+            files[path.relative_to(folder).as_posix()] = base64.b64encode(
+                path.read_bytes()).decode()
+            total += size
+    return {"run": run.to_json(with_source=True), "files": files, "calibrations": measured}
 
 
 def receive(result: dict[str, Any], job: Job, store: Store, where: str) -> Run:
@@ -132,10 +157,21 @@ def receive(result: dict[str, Any], job: Job, store: Store, where: str) -> Run:
     run.problem_path = str(find_problem(job.problem))
     run.solution = str(read_solution(job.solution).path)
     run.env = {**run.env, "evaluated_on": where}
+    if run.parent is None:  # the remote store was fresh: the parent is found here
+        run.parent = store.previous_run(run.problem, run.solution)
     store.import_run(run)
     folder = store.artifacts_dir(run.run_id)
     for name, data in result.get("files", {}).items():
-        (folder / Path(name).name).write_bytes(base64.b64decode(data))
+        relative = PurePosixPath(name)
+        if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+            raise UsageError(f"the run from {where} sent a file named {name!r}, outside its "
+                             "artifact folder", hint="the remote krung is not this one: "
+                                                     "check what runs there")
+        path = folder.joinpath(*relative.parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+    for entry in result.get("calibrations") or []:  # ceilings measured there, kept here
+        store.save_calibration(entry)
     return run
 
 

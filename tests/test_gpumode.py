@@ -195,3 +195,14 @@ def test_gpu_gpumode_poisoned_buffers_and_input_checks(krung, version, rung, err
     assert result.code == 1, result.stderr
     failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
     assert (failed["name"], failed["error_type"]) == (rung, error_type)
+
+
+def test_describe_knows_the_bytes_of_every_case():
+    from krung.problem.catalog import describe_problem
+
+    about = describe_problem(GPUMODE / "vectoradd_py")
+    cases = about["test_cases"] + about["bench_cases"]
+    # three float32 (size, size) tensors per case, each made for the answer
+    assert {c["label"]: c["bytes_moved"] for c in cases} == {
+        f"size={n}": 3 * 4 * n * n for n in (1, 127, 128, 129, 256, 320)}
+    assert about["warnings"] == []

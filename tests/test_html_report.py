@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 import krung
+from krung import charts
+from krung.results import Run
 from krung.store import Store
 from tests.browser import check_page, find_browser
 from tests.conftest import GOOD, TAIL_BUG
-from tests.recorded import matmul_history
+from tests.recorded import H200, matmul_history, record_run
 
 BROWSER = find_browser()
 needs_browser = pytest.mark.skipif(BROWSER is None, reason="needs headless Chromium "
@@ -223,3 +225,46 @@ def test_a_long_history_keeps_its_version_labels_apart(tmp_path):
     assert 30 <= len(labels) <= 41 and labels[0] == "v1.py" and labels[-1] == "v90.py"
     assert page.count('<details class="run"') == 90
     assert page.count(" open>") == 3  # the newest versions' sections start open
+
+
+def test_a_run_in_flight_leaves_the_timeline_on_the_known_device(recorded):
+    store, runs = recorded
+    store.begin(Run(run_id="", problem="matmul", problem_path="/problems/matmul",
+                    solution="/ws/versions/v7.py", source_sha256="c1" * 32,
+                    started_at="2026-12-01T11:00:00+00:00"), ["static", "correctness"])
+    entries = krung.history("matmul", store=store)
+    assert entries[0].run.device == "unknown"  # the newest run has no device yet
+    shown = charts.timeline(entries)
+    assert shown is not None and shown.device == H200
+    assert len(shown.points) == len(runs) and shown.left_out == 1
+
+
+def test_a_report_of_a_problem_without_flops_says_why_there_is_no_chart(tmp_path):
+    store = Store(tmp_path / "store" / "krung.db")
+    try:
+        run = record_run(store, "/ws/versions/v1.py", [900.0, 6800.0, 1500.0],
+                         started_at="2026-12-01T10:00:00+00:00")
+        rung = run.rung("roofline")
+        assert rung is not None
+        # as a KernelBench problem records them: no flops, placed against bandwidth alone
+        for row in rung.figures["per_case"]:
+            row.update(flops=0.0, intensity=0.0, tflops=0.0)
+        store.add_rung(run.run_id, len(run.rungs) - 1, rung)
+        files = krung.write_report("matmul", tmp_path / "r.html", store=store)
+    finally:
+        store.close()
+    page = files.html.read_text()
+    assert "the roofline rung needs a GPU" not in page
+    assert "the problem declares no flops" in page
+
+
+def test_a_report_by_the_path_of_a_kernelbench_file(krung, version):
+    from tests.conftest import KERNELBENCH
+
+    problem = KERNELBENCH / "1_ReLU.py"
+    ran = krung("run", problem, KERNELBENCH / "solutions" / "1_ReLU.py", "--rungs",
+                "static,compile", "--json")
+    assert ran.code == 0, ran.stderr
+    made = krung("report", problem, "-o", "relu.html", "--json")
+    assert made.code == 0, made.stderr
+    assert made.json()["runs"] == 1

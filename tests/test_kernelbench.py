@@ -180,3 +180,21 @@ def test_gpu_kernelbench_wrong_models_fail(krung):
                    "--device", "cuda", "--rungs", CHECKS, "--json")
     assert result.code == 1, result.stderr
     assert result.json()["rungs"][3]["error_type"] == "Mismatch"
+
+
+def test_each_precision_keeps_its_own_history_parent_and_best(krung, tmp_path):
+    problem, solution = KERNELBENCH / "3_Linear.py", KERNELBENCH / "solutions" / "3_Linear.py"
+    fp32 = krung("run", problem, solution, "--rungs", CHECKS, "--json").json()
+    bf16 = krung("run", problem, solution, "--precision", "bf16", "--rungs", CHECKS,
+                 "--json").json()
+    assert (fp32["problem"], bf16["problem"]) == ("3_Linear", "3_Linear@bf16")
+    assert bf16["parent"] is None  # not the fp32 run of the same file
+    again = krung("run", problem, solution, "--precision", "bf16", "--rungs", CHECKS,
+                  "--json").json()
+    assert again["parent"] == bf16["run_id"]
+    by_name = krung("history", "3_Linear@bf16", "--json").json()
+    assert [e["run_id"] for e in by_name] == [again["run_id"], bf16["run_id"]]
+    by_path = krung("history", f"{problem}@bf16", "--json").json()
+    assert by_path == by_name
+    assert [e["run_id"] for e in krung("history", problem, "--json").json()] == \
+        [fp32["run_id"]]

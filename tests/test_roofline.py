@@ -11,7 +11,13 @@ from krung import roofline
 from krung.calibration import beside_datasheet, find, key_of
 from krung.device import DATASHEET, datasheet_for, floor_us
 from krung.roofline import Ceilings, ProfileSignals, likely_limiter, place, profile_signals
-from krung.rungs.roofline import _allows_tf32, case_figures, ceilings_table, summarise
+from krung.rungs.roofline import (
+    _allows_tf32,
+    adopt,
+    case_figures,
+    ceilings_table,
+    summarise,
+)
 
 # Round ceilings, so every expected figure can be worked out by hand.
 CEILINGS = Ceilings(dram_bytes_per_s=4e12, flops_per_s={"bf16": 800e12, "fp32": 50e12,
@@ -253,3 +259,19 @@ def test_measured_ceilings_beside_the_datasheet():
     assert rows["fp8"]["note"].startswith("fp8 matmul needs")
     unknown = beside_datasheet(record, "Some Future GPU")
     assert all(r["datasheet"] is None for r in unknown)
+
+
+def test_a_calibration_taken_at_low_clocks_serves_one_run_and_is_not_kept():
+    record = {"dram_bytes_per_s": 4e12, "flops_per_s": {"bf16": 800e12}}
+    warned = {"record": {**record, "clock": {"warning": "the GPU was throttling (thermal) "
+                                                        "after the measurement"}},
+              "measured_at": "2026-12-01T10:00:00+00:00"}
+    kept: list[dict] = []
+    source = adopt(warned, kept.append)
+    assert kept == []
+    assert "not kept: the GPU was throttling (thermal)" in source
+    assert "krung calibrate --force" in source
+    clean = {"record": {**record, "clock": {"warning": None}},
+             "measured_at": "2026-12-01T10:05:00+00:00"}
+    assert adopt(clean, kept.append) == "measured now (2026-12-01T10:05:00+00:00)"
+    assert kept == [clean]

@@ -73,6 +73,30 @@ def test_gpu_slots_pin_each_evaluation_and_refuse_shared_benchmarks(scale_proble
         list(shared.map([Job(str(scale_problem), str(versions[0]))], settings))
 
 
+def test_a_gpu_named_twice_is_one_slot(scale_problem, version, settings):
+    executor = krung.make_executor("local", gpus=["0", "0"])
+    assert executor.gpus == ["0"] and executor.slots == 1  # not two benchmarks on GPU 0
+    versions = [version(f"twice{i}", SAYS_SLOT) for i in range(2)]
+    outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs="static,compile")
+                                  for v in versions], settings))
+    assert [o.run is not None and o.run.ok for o in outcomes] == [True, True]
+
+
+@pytest.mark.gpu
+def test_workers_without_gpus_refuse_to_benchmark_together(scale_problem, version, store):
+    """On a machine with a GPU, --workers 2 without --gpus would time two versions at once
+    on GPU 0: refused, with the flags that fix it; correctness-only batches still run."""
+    settings = Settings(store=store, device="cuda")
+    good = version("good", GOOD)
+    executor = krung.make_executor("local", workers=2)
+    with pytest.raises(krung.UsageError, match="benchmarks would share a GPU") as refused:
+        list(executor.map([Job(str(scale_problem), str(good))] * 2, settings))
+    assert "--gpus all" in (refused.value.hint or "")
+    outcomes = list(executor.map([Job(str(scale_problem), str(good), rungs=CORRECTNESS)] * 2,
+                                 settings))
+    assert all(o.run is not None and o.run.ok for o in outcomes)
+
+
 def test_a_missing_version_is_an_outcome_not_an_abort(scale_problem, version, settings,
                                                       tmp_path):
     jobs = [Job(str(scale_problem), str(tmp_path / "nope.py"), rungs="static"),
@@ -188,6 +212,22 @@ def test_ray_executor_on_a_local_instance(scale_problem, version, settings):
     assert Store(settings.store).get(runs["good"].run_id).env["evaluated_on"] == "ray:local"
 
 
+def test_ray_reserves_a_gpu_for_an_auto_device_job_on_a_cluster_with_gpus(scale_problem,
+                                                                       version, store):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:  # a GPU resource Ray counts (none need exist): a task holding it is given GPU 0
+        outcomes = krung.run_batch(str(scale_problem), [version("says", SAYS_SLOT)],
+                                   krung.make_executor("ray"), Settings(store=store),
+                                   rungs="static,compile")
+    finally:
+        ray.shutdown()
+    (outcome,) = outcomes
+    assert outcome.run is not None, outcome.error
+    log = (Store(store).artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
+    assert "slot 0" in log  # the task asked for one GPU and Ray gave it GPU 0
+
+
 def test_batch_command_prints_progress_and_the_table(krung, scale_problem, version):
     versions = [version("good", GOOD), version("tail", TAIL_BUG)]
     result = krung("batch", scale_problem, *versions, "--rungs", CORRECTNESS, "--workers", "2")
@@ -218,3 +258,100 @@ def test_two_correctness_workers_share_one_gpu(scale_problem, version, store):
     assert runs["segv"].rung("compile").error_type == "WorkerCrashed"
     assert {r.env.get("visible_devices") for r in runs.values()} == {"0"}
     assert len({r.env.get("device_uuid") for r in runs.values()}) == 1
+
+
+def test_a_packed_gpumode_job_takes_the_files_above_it_and_the_helpers_beside_it(tmp_path,
+                                                                                settings):
+    from tests.conftest import GPUMODE
+
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    (versions / "helper.py").write_text("def add(a, b, c):\n    return c.copy_(a + b)\n")
+    (versions / "v.py").write_text("from helper import add\n\n\ndef custom_kernel(data):\n"
+                                   "    return add(*data)\n")
+    job = Job(str(GPUMODE / "vectoradd_py"), str(versions / "v.py"), rungs=CORRECTNESS)
+    remote = tmp_path / "elsewhere"
+    unpack(pack(job, settings), remote)
+    assert (remote / "problem" / "utils.py").is_file()  # task.yml's ../utils.py
+    assert (remote / "version" / "helper.py").is_file()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(remote / "src")
+    done = subprocess.run([sys.executable, "-m", "krung.scale.job", str(remote)], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=remote)
+    assert done.returncode == 0, done.stderr
+    run = receive(json.loads(done.stdout.strip().splitlines()[-1]), job, Store(settings.store),
+                  where="test")
+    assert run.ok, [r.error for r in run.rungs if r.error]
+
+
+def test_a_broken_problem_over_ssh_reads_as_it_does_here(sshd, tmp_path, version, settings):
+    from tests.conftest import GPUMODE
+
+    shutil.copytree(GPUMODE, tmp_path / "gm")
+    task = tmp_path / "gm" / "rowsoftmax_py" / "task.yml"
+    task.write_text(task.read_text().replace("benchmarks:", "old_benchmarks:"))
+    job = Job(str(task.parent), str(version("v", "def custom_kernel(data):\n    return 1\n")),
+              rungs=CORRECTNESS)
+    target, options = sshd
+    executor = krung.make_executor("ssh", remote=target, ssh_options=options,
+                                   python=sys.executable)
+    (remote,) = executor.map([job], settings)
+    (here,) = krung.make_executor("local").map([job], settings)
+    assert remote.run is None and here.run is None
+    assert remote.error.startswith("ProblemError: problem ")
+    assert "task.yml has no `benchmarks` list" in remote.error
+    assert (remote.error, remote.hint) == (here.error, here.hint)
+
+
+def test_packed_runs_bring_back_their_folders_parent_and_take_the_ceilings(
+        scale_problem, version, settings, tmp_path):
+    import base64
+
+    from krung.scale.job import run_packed
+
+    ceilings = {"key": {"device_name": "NVIDIA H200", "driver": "570.1", "torch": "2.13.0",
+                        "cuda": "13.0", "method": "v1"},
+                "record": {"dram_bytes_per_s": 4.3e12}, "measured_at": "2026-12-01T10:00:00"}
+    Store(settings.store).save_calibration(ceilings)
+    job = Job(str(scale_problem), str(version("tri", TRITON)), rungs=f"{CORRECTNESS},artifacts")
+    ids = []
+    for turn in range(2):
+        remote = tmp_path / f"elsewhere{turn}"
+        unpack(pack(job, settings), remote)
+        result = run_packed(remote)
+        assert Store(remote / "store" / "krung.db").calibrations() == [ceilings]
+        assert result["calibrations"] == []  # nothing new was measured there
+        sent = [name for name in result["files"] if name.startswith("artifacts/")]
+        assert sent, "the artifacts rung's folder (PTX compiled for sm_90a) came back"
+        run = receive(result, job, Store(settings.store), where="test")
+        folder = Store(settings.store).artifacts_dir(run.run_id)
+        assert all((folder / name).read_bytes() == base64.b64decode(result["files"][name])
+                   for name in sent)
+        assert run.rung("artifacts").ok, run.rung("artifacts").error
+        assert (folder / "worker.log").is_file()
+        ids.append(run.run_id)
+    assert Store(settings.store).get(ids[1]).parent == ids[0]  # the previous run, found here
+    for name in ("../escape.txt", "/tmp/escape.txt"):
+        result["files"] = {name: base64.b64encode(b"x").decode()}
+        with pytest.raises(krung.UsageError, match="outside its artifact folder"):
+            receive(result, job, Store(settings.store), where="test")
+
+
+TRITON = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def twice_plus_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2 + 1, mask=mask)
+
+
+def kernel(x):
+    out = torch.empty_like(x)
+    twice_plus_one[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+"""

@@ -100,3 +100,69 @@ def test_a_suite_without_matches_is_a_usage_error(krung, tmp_path):
     result = krung("suite", KERNELBENCH, "--solutions", KERNELBENCH / "solutions",
                    "--precision", "fp64")
     assert result.code == 2 and "fp64" in result.stderr
+
+
+def test_a_suite_whose_checks_did_not_run_verifies_nothing(krung, tmp_path):
+    solutions = tmp_path / "sol"
+    solutions.mkdir()
+    shutil.copy(KERNELBENCH / "solutions" / "1_ReLU.py", solutions)
+    result = krung("suite", KERNELBENCH, "--solutions", solutions, "--rungs", "static")
+    assert result.code == 1, result.stderr
+    assert result.stdout.splitlines()[0] == \
+        "1_ReLU: not verified: correctness not climbed (add it to --rungs)"
+    assert "correctness 0/1 = 0" in result.stdout
+
+
+def test_a_cuda_solution_on_a_machine_without_a_gpu_is_not_correct(krung, tmp_path):
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc to compile the CUDA C++ solution")
+    from tests.conftest import cuda_available
+
+    if cuda_available():
+        pytest.skip("on a GPU the CUDA solution's correctness runs")
+    solutions = tmp_path / "sol"
+    solutions.mkdir()
+    (solutions / "1_ReLU.py").write_text(ZEROS_CUDA)
+    result = krung("suite", KERNELBENCH, "--solutions", solutions, "--json", timeout=900)
+    assert result.code == 1, result.stderr
+    (entry,) = result.json()["problems"]
+    assert entry["correct"] is False
+    assert entry["verdict"].startswith("not verified: correctness skipped (")
+    assert result.json()["scores"]["correctness"] == 0
+
+
+# A CUDA C++ ModelNew that writes zeros: only the correctness rung, on a GPU, can tell.
+ZEROS_CUDA = '''
+import functools
+
+import torch
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SOURCE = r"""
+__global__ void zeros_kernel(float* __restrict__ out, int64_t n) {
+    int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 0.0f;
+}
+
+torch::Tensor relu(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    const int64_t n = x.numel();
+    if (n == 0) return out;
+    zeros_kernel<<<static_cast<unsigned int>((n + 255) / 256), 256>>>(
+        out.data_ptr<float>(), n);
+    return out;
+}
+"""
+CPP_SOURCE = "torch::Tensor relu(torch::Tensor x);"
+
+
+@functools.cache
+def _module():
+    return load_inline(name="krung_zeros_relu", cpp_sources=CPP_SOURCE,
+                       cuda_sources=CUDA_SOURCE, functions=["relu"])
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _module().relu(x.contiguous())
+'''

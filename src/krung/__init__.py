@@ -18,7 +18,7 @@ from krung.evaluate import evaluate
 from krung.history_tree import BEST_RULES, Entry, best_run, history, lineage
 from krung.html_report import ReportFiles, write_report
 from krung.ladder import DEFAULT_LADDER, RUNGS
-from krung.problem import builtin_problems, detect_format, find_problem
+from krung.problem import builtin_problems, detect_format, find_problem, history_name
 from krung.problem.catalog import describe_problem, list_problems
 from krung.report import agent_summary
 from krung.results import Run, RungResult, Status
@@ -73,6 +73,7 @@ __all__ = [
     "evaluate",
     "find_problem",
     "history",
+    "history_name",
     "init_workspace",
     "lineage",
     "list_context",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from krung.results import Run
+from krung.results import UNKNOWN_DEVICE, Run
 
 if TYPE_CHECKING:
     from krung.history_tree import Entry
@@ -94,6 +94,15 @@ def roofline_chart(runs: list[Run]) -> RooflineChart | None:
     return chart
 
 
+def without_flops(runs: list[Run]) -> bool:
+    """Whether runs have roofline figures that no chart can show: their cases were placed
+    against the bandwidth ceiling, but the problem declares no flops (KernelBench and GPU MODE
+    problems), so no case has an arithmetic intensity to plot."""
+    return any(row.get("verdict") and not row.get("flops")
+               for run in runs if run.rung("roofline") is not None
+               for row in run.rung("roofline").figures.get("per_case") or [])  # type: ignore[union-attr]
+
+
 def _roofline_rows(run: Run) -> list[dict[str, Any]]:
     """The bench cases a run placed under its roofline (a suspect one too)."""
     rung = run.rung("roofline")
@@ -132,10 +141,12 @@ class Timeline:
 
 
 def timeline(entries: list[Entry]) -> Timeline | None:
-    """The runs on the newest run's device, oldest first, with their parent links."""
+    """The runs on the device of the newest run whose device is known (a run in flight has
+    none yet), oldest first, with their parent links."""
     if not entries:
         return None
-    device = entries[0].run.device
+    device = next((e.run.device for e in entries if e.run.device != UNKNOWN_DEVICE),
+                  entries[0].run.device)
     mine = [e for e in reversed(entries) if e.run.device == device]
     index = {e.run.run_id: i for i, e in enumerate(mine)}
     points = []

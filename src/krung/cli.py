@@ -166,7 +166,7 @@ def history(
 ) -> None:
     """Every recorded version of a problem, newest first: verdict, time, speedup, % of the
     roofline, its parent run and the change in time from it."""
-    entries = krung.history(_problem_name(problem), limit=limit, store=_settings(store).store)
+    entries = krung.history(krung.history_name(problem), limit=limit, store=_settings(store).store)
     if json_output:
         _print_json([e.to_json() for e in entries])
         return
@@ -174,7 +174,7 @@ def history(
         out.print(f"no runs of {problem} in this store", markup=False)
         return
     out.print(report.history_table(entries,
-                                   f"{_problem_name(problem)}: {len(entries)} run(s)"))
+                                   f"{krung.history_name(problem)}: {len(entries)} run(s)"))
 
 
 @app.command()
@@ -218,7 +218,7 @@ def best(
 ) -> None:
     """The fastest passing version: lowest geometric mean of the bench-case medians,
     among runs that passed every rung, compared only with runs on the same device."""
-    found = krung.best_run(_problem_name(problem), rule=by, store=_settings(store).store)
+    found = krung.best_run(krung.history_name(problem), rule=by, store=_settings(store).store)
     if found is None:
         err.print(f"no passing, benchmarked run of {problem} in this store"
                   + (" with roofline figures" if by == "roofline" else ""), markup=False)
@@ -268,13 +268,6 @@ def _print_tables_and_verdict(run: krung.Run) -> None:
 
 def _open(store: Path | None) -> krung.Store:
     return krung.Store(_settings(store).store)
-
-
-def _problem_name(spec: str) -> str:
-    """History is keyed by the problem directory's name (a KernelBench file's stem); accept
-    a path too."""
-    path = Path(spec)
-    return path.resolve().name if path.is_dir() else path.stem if path.is_file() else spec
 
 
 # Suites of problems in other formats, scored as KernelBench scores them (cli_suite.py).

@@ -74,7 +74,7 @@ def evaluate(
     names = select(rungs)
     owned = not isinstance(store, Store)
     db = store if isinstance(store, Store) else Store(store or settings.store)
-    run = Run(run_id="", problem=problem_name(problem_dir), problem_path=str(problem_dir),
+    run = Run(run_id="", problem=problem_name(problem_dir, precision), problem_path=str(problem_dir),
               solution=str(version.path), source_sha256=version.sha256, source=version.source,
               seed=seed if seed is not None else secrets.randbits(63))
     try:

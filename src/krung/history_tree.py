@@ -132,7 +132,7 @@ def best(runs: list[Run], rule: str = "time") -> tuple[Run, str, int] | None:
     device = candidates[0][0].device  # runs come newest first
     same = [(r, s) for r, s in candidates if r.device == device]
     chosen = min(same, key=lambda pair: key(pair[1]))[0]
-    return chosen, text.format(device=device), len(candidates)
+    return chosen, text.format(device=device), len(same)
 
 
 def best_run(problem: str, *, rule: str = "time",

@@ -19,6 +19,7 @@ from typing import Any
 
 from krung import charts, history_tree, svg
 from krung.errors import UsageError
+from krung.problem import history_name
 from krung.report import change_text, roofline_text
 from krung.results import Run, RungResult, Status, format_figures, format_value
 from krung.runfiles import list_files
@@ -69,7 +70,7 @@ def write_report(problem: str, output: str | Path | None = None, *,
                  store: str | Path | Store | None = None) -> ReportFiles:
     """Write the HTML report of a problem's runs (its name, or its directory) to `output`
     (default `report.html`), and with `png_dir` the charts as PNG files there."""
-    name = Path(problem).resolve().name if Path(problem).is_dir() else str(problem)
+    name = history_name(str(problem))
     output = Path(output or "report.html")
     with opened(store) as db:
         entries = history_tree.entries_for(db.history(name, limit), history_tree.lookup_in(db))
@@ -102,7 +103,7 @@ def render(problem: str, entries: list[history_tree.Entry], folders: dict[str, P
         f'{datetime.now(timezone.utc).isoformat(timespec="seconds")}</p>',
         _summary(entries),
         '<h2 id="roofline">Roofline</h2>',
-        _roofline_section(roofline),
+        _roofline_section(roofline, charts.without_flops(runs)),
         '<h2 id="timeline">Versions over time</h2>',
         _timeline_section(timeline, entries),
         '<h2 id="versions">Each version</h2>',
@@ -153,7 +154,12 @@ def _advice(run: Run) -> str:
             f"{figures.get('limiter')}")
 
 
-def _roofline_section(chart: charts.RooflineChart | None) -> str:
+def _roofline_section(chart: charts.RooflineChart | None, without_flops: bool = False) -> str:
+    if chart is None and without_flops:
+        return ('<p class="note">No chart: the problem declares no flops (its flops() is 0, as '
+                "for KernelBench and GPU MODE problems), so its bench cases have no arithmetic "
+                "intensity to plot. Each case was placed against the DRAM bandwidth ceiling: "
+                "its % of the roofline is in the tables below.</p>")
     if chart is None:
         return ('<p class="note">No run has roofline figures: the roofline rung needs a GPU '
                 "(on a CPU it is skipped). Evaluate on a GPU to see every version under the "

@@ -162,7 +162,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         ran and passed), timer, pct_of_roofline and roofline_verdict (GPU), parent (the run
         it builds on), device. Use a run_id with show_run, diff_runs or
         get_artifact."""
-        name = _problem_name(problem)
+        name = krung.history_name(problem)
         with _explained():
             runs = await _in_thread(_history, db_path, name, limit)
         return _answer({"problem": name, "store": str(db_path), "runs": runs})
@@ -342,11 +342,6 @@ def _version(path: str | None, source: str | None, name: str | None, db_path: Pa
     if source is not None:
         return krung.save_version(source, name=name, store=db_path)
     return Path(path)  # type: ignore[arg-type]
-
-
-def _problem_name(spec: str) -> str:
-    """Runs are recorded under the problem directory's name; accept a path too."""
-    return Path(spec).resolve().name if Path(spec).is_dir() else spec
 
 
 def _history(db_path: Path, problem: str, limit: int) -> list[dict[str, Any]]:

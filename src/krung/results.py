@@ -60,6 +60,9 @@ class RungResult:
         return f"[{self.name}] skipped  {self.reason}"
 
 
+UNKNOWN_DEVICE = "unknown"  # a run's device before its worker has named it (a run in flight)
+
+
 @dataclass
 class Run:
     """One evaluation of one version of a problem on one device."""
@@ -69,7 +72,7 @@ class Run:
     problem_path: str
     solution: str
     source_sha256: str
-    device: str = "unknown"
+    device: str = UNKNOWN_DEVICE
     rungs: list[RungResult] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
     seed: int = 0

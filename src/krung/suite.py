@@ -9,7 +9,8 @@ run. KernelBench's scores, over the n problems that have a solution:
 
 - correctness rate: the fraction that are correct (for krung: every rung passed, so a
   version that is right on the declared shapes but fails unseen cases, determinism or the
-  timed-output checks is not correct);
+  timed-output checks is not correct; and the correctness rung ran, and the benchmark when
+  the suite is timed: a check skipped on a machine without a GPU verifies nothing);
 - fast_p: the fraction that are correct *and* faster than the reference by more than p
   (speedup = reference time / version time, krung's benchmark geomean over bench cases);
   fast_0 is the correct ones that were timed, fast_1 those faster than the reference;
@@ -56,10 +57,25 @@ class SuiteEntry:
     format: str
     run: Run | None = None
     error: str | None = None  # the problem could not be evaluated (a broken problem, ...)
+    timed: bool = False  # the suite benchmarks: a correct entry must have been timed too
 
     @property
     def correct(self) -> bool:
-        return self.run is not None and self.run.ok
+        """Every rung that ran passed, and the correctness rung was one of them (and the
+        benchmark, when the suite is timed): a skipped check verifies nothing."""
+        return self.run is not None and self.run.ok and self.unverified() is None
+
+    def unverified(self) -> str | None:
+        """Why a run that failed nothing is still not verified: a rung it needs was skipped
+        (a CUDA C++ version on a machine without a GPU) or not climbed (--rungs)."""
+        assert self.run is not None
+        for name in ("correctness", "benchmark") if self.timed else ("correctness",):
+            rung = self.run.rung(name)
+            if rung is None:
+                return f"{name} not climbed (add it to --rungs)"
+            if not rung.ok:
+                return f"{name} skipped ({rung.reason})" if rung.reason else f"{name} skipped"
+        return None
 
     @property
     def speedup(self) -> float | None:
@@ -75,6 +91,9 @@ class SuiteEntry:
         failed = next((r for r in self.run.rungs if not r.ok and r.status.value == "failed"),
                       None)
         if failed is None:
+            unverified = self.unverified()
+            if unverified:
+                return f"not verified: {unverified}"
             return "ok" if self.run.ok else "skipped"
         return f"{failed.name}: {failed.error_type}"
 
@@ -193,7 +212,8 @@ def run_suite(
         kind = detect_format(problem)
         job = Job(problem=str(problem), solution=str(solution), rungs=",".join(names),
                   device=device, precision=precision if kind == KERNELBENCH else None)
-        entries[job] = SuiteEntry(problem_name(problem), str(problem), str(solution), kind)
+        entries[job] = SuiteEntry(problem_name(problem), str(problem), str(solution), kind,
+                                  timed=result.timed)
     # A broken problem is an outcome with an error: the suite goes on without it.
     for outcome in (executor or LocalExecutor()).map(list(entries), settings):
         entry = entries[outcome.job]

@@ -170,9 +170,23 @@ def detect_format(path: Path) -> str:
     return GPUMODE
 
 
-def problem_name(path: Path) -> str:
-    """How runs name a problem: its directory's name, or a KernelBench file's stem."""
-    return path.stem if path.is_file() else path.name
+def problem_name(path: Path, precision: str | None = None) -> str:
+    """How runs name a problem: its directory's name, or a KernelBench file's stem; a
+    KernelBench precision other than fp32 is part of the name (`1_ReLU@bf16`), so runs at
+    each precision keep their own history, parents and best."""
+    name = path.stem if path.is_file() else path.name
+    return f"{name}@{precision}" if precision and precision != "fp32" else name
+
+
+def history_name(spec: str) -> str:
+    """The name runs of `spec` are recorded under: a problem's path gives its name (a
+    directory's name, a KernelBench file's stem), `PATH@bf16` adds the precision; anything
+    else is taken as the name itself (`1_ReLU@bf16`)."""
+    base, at, precision = spec.rpartition("@")
+    path = Path(base if at else spec)
+    if path.is_dir() or path.is_file():
+        return problem_name(path.resolve(), precision if at else None)
+    return spec
 
 
 def kernelbench_missing(path: Path) -> list[str]:

@@ -162,13 +162,17 @@ class GpuModeSource:
         self.data_bytes: dict[str, int] = {}
 
     def make_inputs(self, case: dict, seed: int, device: str) -> tuple:
+        data = self._data(case, seed, device)
+        self.writable((data,))  # learn its output buffers while the data is pristine
+        return (data,)
+
+    def _data(self, case: dict, seed: int, device: str) -> Any:
         arguments = dict(case)
         if self.takes_seed:
             arguments["seed"] = seed % SEED_MODULUS
         data = tree.map_tensors(lambda t: t.to(device), self.module.generate_input(**arguments))
         self.data_bytes[case_label(case)] = tree.nbytes(data)
-        self.writable((data,))  # learn its output buffers while the data is pristine
-        return (data,)
+        return data
 
     def reference(self, data: Any) -> Any:
         return self.module.ref_kernel(data)
@@ -188,8 +192,11 @@ class GpuModeSource:
         return _outcome(self.module.check_implementation(inputs[0], output))
 
     def bytes_moved(self, case: dict) -> int:
-        """The data's tensors, each read (or, for output buffers, written) once."""
-        return self.data_bytes.get(case_label(case), 0)
+        """The data's tensors, each read (or, for output buffers, written) once; a case whose
+        data was not made yet (`krung describe`) has it made on the CPU first."""
+        if case_label(case) not in self.data_bytes:
+            self._data(case, int(case.get("seed", 0)), "cpu")
+        return self.data_bytes[case_label(case)]
 
 
 class Sizes:

@@ -15,6 +15,7 @@ caller to keep. Without a GPU there are no ceilings, and the rung is skipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from krung import roofline
@@ -122,13 +123,23 @@ def _ceilings(ctx: Context) -> tuple[Ceilings, str, list[dict[str, Any]]]:
             raise RungSkipped(f"the GPU's ceilings could not be measured ({exc}); free the GPU "
                               "and run `krung calibrate`") from exc
         entry.pop("cached", None)
-        ctx.save_calibration(entry)
+        source = adopt(entry, ctx.save_calibration)
         ctx.calibrations.append(entry)
-        source = f"measured now ({entry['measured_at']})"
     else:
         source = f"measured {entry['measured_at']} (kept in the store)"
     return (Ceilings.from_record(entry["record"]), source,
             ceilings_table(entry["record"], key["device_name"]))
+
+
+def adopt(entry: dict[str, Any], save: Callable[[dict[str, Any]], None]) -> str:
+    """Keep a calibration measured now (through `save`) unless its clocks were low or the GPU
+    throttled while it ran: such ceilings serve this run only. Says where they came from."""
+    warning = (entry["record"].get("clock") or {}).get("warning")
+    if warning:
+        return (f"measured now ({entry['measured_at']}), not kept: {warning}; the next run "
+                "measures again (or `krung calibrate --force` on an idle GPU)")
+    save(entry)
+    return f"measured now ({entry['measured_at']})"
 
 
 def ceilings_table(record: dict[str, Any], device_name: str) -> list[dict[str, Any]]:

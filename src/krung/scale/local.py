@@ -3,7 +3,8 @@
 Slots are taken from a queue by threads that each call `krung.evaluate` (which starts its own
 judge and worker processes). With `gpus`, a slot is one GPU: its evaluations see only that GPU
 (CUDA_VISIBLE_DEVICES). Two benchmarks never share a GPU at once: more than one slot per GPU
-is allowed only for batches that do not benchmark.
+is allowed only for batches that do not benchmark, and so are several workers without `gpus`
+on a machine with a GPU (they would all run on its first GPU).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, workers: int = 1, gpus: list[str] | str | None = None, per_gpu: int = 1):
-        self.gpus = visible_gpus() if gpus == "all" else list(gpus or [])
+        # one slot per GPU named (twice named is still one GPU: --per-gpu says how many)
+        self.gpus = visible_gpus() if gpus == "all" else list(dict.fromkeys(gpus or []))
         if gpus == "all" and not self.gpus:
             raise UsageError("--gpus all found no GPU (nvidia-smi lists none)",
                              hint="run on a machine with NVIDIA GPUs, or use --workers N")
@@ -40,6 +42,14 @@ class LocalExecutor:
             raise UsageError("two benchmarks would share a GPU (--per-gpu above 1)",
                              hint="use --per-gpu 1, or --rungs without benchmark for "
                                   "correctness-only batches")
+        if not self.gpus and self.slots > 1 and any(
+                "benchmark" in select(job.rungs) and (job.device or settings.device) != "cpu"
+                for job in jobs) and visible_gpus():
+            raise UsageError(f"{self.slots} benchmarks would share a GPU (--workers "
+                             f"{self.slots} without --gpus runs them all on the first GPU)",
+                             hint="pin each worker to its own GPU with --gpus all (or "
+                                  "--gpus 0,1), or use --workers 1, or --rungs without "
+                                  "benchmark for correctness-only batches")
         slots: queue.Queue[dict[str, str]] = queue.Queue()
         for gpu in self.gpus or [None] * self.slots:
             for _ in range(self.per_gpu if gpu is not None else 1):

@@ -1,7 +1,8 @@
 """The Ray executor: each evaluation a Ray task on an existing cluster (`krung[ray]`).
 
 A task gets the packed job (krung.scale.job), evaluates it in a temporary directory on
-whichever node Ray picks, with one GPU reserved for it when the job runs on CUDA, and returns
+whichever node Ray picks, with one GPU reserved for it when the job runs on CUDA (device
+cuda, or auto on a cluster with GPUs), and returns
 the run, which the caller imports into its store. Nodes need krung's dependencies (torch,
 Triton); on a cluster (`address` given) Ray ships krung's own package to them.
 """
@@ -15,9 +16,8 @@ from typing import Any
 
 from krung.errors import KrungError, UsageError
 from krung.scale import Job, Outcome
-from krung.scale.job import pack, receive, run_packed, unpack
+from krung.scale.job import error_record, outcome_of, pack, run_packed, unpack
 from krung.settings import Settings
-from krung.store import Store
 
 
 def evaluate_packed(payload: bytes) -> dict[str, Any]:
@@ -28,7 +28,10 @@ def evaluate_packed(payload: bytes) -> dict[str, Any]:
         workdir = Path(scratch)
         unpack(payload, workdir)
         sys.path.insert(0, str(workdir / "src"))
-        return run_packed(workdir)
+        try:
+            return run_packed(workdir)
+        except KrungError as exc:  # a broken problem: the caller rebuilds the same error
+            return error_record(exc)
 
 
 class RayExecutor:
@@ -53,6 +56,9 @@ class RayExecutor:
         extra: dict[str, Any] = {}
         if self.address:  # other machines: Ray ships the krung package to their workers
             extra["runtime_env"] = {"py_modules": [str(Path(__file__).resolve().parents[1])]}
+        # "auto" runs on CUDA wherever the cluster has GPUs: reserve one, or every task
+        # would see the node's first GPU and benchmark on it at once
+        has_gpus = bool(self.ray.cluster_resources().get("GPU"))
         futures = {}
         for job in jobs:
             try:
@@ -60,8 +66,9 @@ class RayExecutor:
             except KrungError as exc:
                 yield Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
                 continue
+            device = job.device or settings.device
             gpus = self.num_gpus if self.num_gpus is not None else (
-                1 if (job.device or settings.device) == "cuda" else 0)
+                1 if device == "cuda" or (device == "auto" and has_gpus) else 0)
             futures[task.options(num_gpus=gpus, num_cpus=1, **extra).remote(payload)] = job
         where = f"ray:{self.address or 'local'}"
         while futures:
@@ -73,8 +80,4 @@ class RayExecutor:
                 yield Outcome(job, error=f"RayTaskFailed: {exc}",
                               hint="read the Ray worker's log for why the task ended")
                 continue
-            store = Store(settings.store)
-            try:
-                yield Outcome(job, run=receive(result, job, store, where=where))
-            finally:
-                store.close()
+            yield outcome_of(result, job, settings, where=where)

@@ -14,12 +14,12 @@ import shlex
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
 
 from krung.errors import KrungError, UsageError
 from krung.scale import Job, Outcome
-from krung.scale.job import pack, receive
+from krung.scale.job import outcome_of, pack
 from krung.settings import Settings
-from krung.store import Store
 
 # Runs on the remote host: unpack stdin into a fresh directory, evaluate, clean up.
 _REMOTE = ("d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && tar xzf - -C \"$d\" && "
@@ -63,15 +63,21 @@ class SSHExecutor:
                                       f"more than {self.timeout_s:g} s",
                            hint="raise the limit, or look at the remote host's load")
         lines = done.stdout.decode(errors="replace").strip().splitlines()
-        if done.returncode != 0 or not lines:
+        result = _last_json(lines)
+        if result is None or (done.returncode != 0 and "error" not in result):
             tail = done.stderr.decode(errors="replace").strip()[-2000:]
             return Outcome(job, error=f"RemoteFailed: ssh {self.remote} exited with "
                                       f"{done.returncode}: {tail}",
                            hint="check that `ssh HOST` works without a password and that the "
                                 "remote Python has torch (--remote-python to choose it)")
-        store = Store(settings.store)
-        try:
-            run = receive(json.loads(lines[-1]), job, store, where=f"ssh:{self.remote}")
-        finally:
-            store.close()
-        return Outcome(job, run=run)
+        # a run, or the job's own KrungError (a broken problem) rebuilt as it reads here
+        return outcome_of(result, job, settings, where=f"ssh:{self.remote}")
+
+
+def _last_json(lines: list[str]) -> dict[str, Any] | None:
+    """The job's result: the JSON object on its last line of output, if there is one."""
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return result if isinstance(result, dict) else None

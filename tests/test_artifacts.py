@@ -235,3 +235,70 @@ def test_artifacts_and_diff_commands(krung, tmp_path, version):
     assert kernel["sass_diff"].startswith("--- a/add_kernel.sass")
     assert not any(line[1:].lstrip().startswith("/*") for line in
                    kernel["sass_diff"].splitlines() if line[:1] in "+-")  # no addresses
+
+
+TWO_KERNELS_PY = '''
+from pathlib import Path
+
+from torch.utils.cpp_extension import load
+
+
+def kernel(a, b):
+    return load("two", sources=[str(Path(__file__).with_suffix(".cu"))]).vector_add(a, b)
+'''
+TWO_KERNELS_CU = '''
+extern "C" __global__ void same_kernel(const float* a, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] * 2.f;
+}
+extern "C" __global__ void changed_kernel(const float* a, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + 1.f;
+}
+'''
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+def test_diff_of_a_two_kernel_cu_shows_each_functions_own_sass(krung, tmp_path):
+    ids = []
+    for side, body in (("a", "a[i] + 1.f"), ("b", "sqrtf(a[i]) * 3.f")):
+        folder = tmp_path / side
+        folder.mkdir()
+        (folder / "two.py").write_text(TWO_KERNELS_PY)
+        (folder / "two.cu").write_text(TWO_KERNELS_CU.replace("a[i] + 1.f", body))
+        result = krung("run", "vector_add", folder / "two.py", "--rungs", "static,artifacts",
+                       "--json")
+        assert result.code == 0, result.stdout + result.stderr
+        ids.append(result.json()["run_id"])
+    data = krung("diff", ids[0], ids[1], "--kind", "sass", "--json").json()
+    kernels = {k["function"]: k for k in data["kernels"]}
+    assert set(kernels) == {"same_kernel", "changed_kernel"}
+    assert kernels["same_kernel"]["sass_diff"] == ""  # its own SASS, which did not change
+    changed = kernels["changed_kernel"]["sass_diff"]
+    assert "MUFU.RSQ" in changed or "MUFU.SQRT" in changed
+    assert "same_kernel" not in changed
+
+
+NO_KERNEL_PY = '''
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline("no_kernel", cpp_sources="", no_implicit_headers=True,
+                  cuda_sources="__device__ float twice(float x) { return 2 * x; }")
+
+
+def kernel(a, b):
+    return ext.vector_add(a, b)
+'''
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+def test_an_error_row_shows_its_message_after_the_figures_columns(krung, version):
+    result = krung("run", "vector_add", version("no_kernel", NO_KERNEL_PY), "--rungs",
+                   "static,artifacts", "--json")
+    run = result.json()
+    assert run["rungs"][1]["error_type"] == "TargetCompileError", run["rungs"][1]
+    listed = krung("artifacts", run["run_id"], env={"COLUMNS": "300"})
+    lines = listed.stdout.splitlines()
+    header = next(line for line in lines if "registers" in line and "highlights" in line)
+    row = next(line for line in lines if "error:" in line)
+    assert row.index("error:") >= header.index("highlights"), listed.stdout

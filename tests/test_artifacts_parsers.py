@@ -135,3 +135,39 @@ def test_tools_report_their_release():
     with pytest.raises(tools.ToolFailed, match="exited with status"):
         tools.run(cuobjdump, ["-sass", "/nonexistent.cubin"])
     assert subprocess.run([cuobjdump.path, "--version"], capture_output=True).returncode == 0
+
+
+def test_launch_block_sizes_read_only_inside_the_chevrons():
+    from krung.artifacts.cuda_backend import launch_block_sizes
+
+    assert launch_block_sizes("k<<<blocks, threads>>>(x, 128, n);") == {}
+    assert launch_block_sizes("k<<<grid, block, 0, stream>>>(x, 64);") == {}
+    assert launch_block_sizes("k<<<grid, 256, 0, stream>>>(x, 64);") == {"k": 256}
+    assert launch_block_sizes("k<float><<<dim3(n, 2), dim3(16, 16)>>>(x);") == {"k": 256}
+    assert launch_block_sizes("k<<<cdiv(n, 128), 128>>>(x);") == {"k": 128}
+
+
+MOVES = r"""
+__global__ void consts(float* x, int n) {
+    int i = threadIdx.x;
+    x[i] = 1.875f; x[i + n] = 0.f; x[i + 2 * n] = 2.0f; x[i + 3 * n] = 0.5f;
+}
+__global__ void fma_k(const float* a, float* x) { int i = threadIdx.x; x[i] = a[i] * 3.f + 1.f; }
+"""
+
+
+def test_a_constant_loaded_by_hfma2_mma_is_a_move_not_arithmetic(tmp_path):
+    nvcc, cuobjdump = tools.find("nvcc"), tools.find("cuobjdump")
+    if nvcc is None or cuobjdump is None:
+        pytest.skip("needs nvcc and cuobjdump")
+    (tmp_path / "m.cu").write_text(MOVES)
+    tools.run(nvcc, ["-cubin", "-arch=sm_90a", "m.cu", "-o", "m.cubin"], cwd=tmp_path)
+    text = sass.clean(tools.run(cuobjdump, ["-sass", "m.cubin"], cwd=tmp_path).stdout)
+    functions = sass.split_functions(text)
+    moves = [op for op, args in sass.instructions(text) if op == "HFMA2.MMA"
+             and args.replace(" ", "").split(",")[1:3] == ["-RZ", "RZ"]]
+    assert moves, text  # ptxas loads these constants with the idiom
+    consts = sass.mix(_by_name(functions, "consts"))
+    assert "hfma2" not in consts and "HFMA2" not in sass.highlights(consts)
+    fma = sass.mix(_by_name(functions, "fma_k"))
+    assert fma["ffma"] == 1 and "hfma2" not in fma and sass.highlights(fma).startswith("FFMA x1")

@@ -324,3 +324,12 @@ def test_a_problem_that_does_not_parse_names_its_line(krung, tmp_path, version):
     assert result.code == 2
     assert "SyntaxError" in result.stderr
     assert f"{tmp_path / 'typo' / 'problem.py'}:3" in result.stderr
+
+
+def test_rungs_help_names_the_default_ladder_and_the_rungs_only_on_request(krung):
+    result = krung("run", "--help", env={"COLUMNS": "400", "TERM": "dumb"})
+    assert result.code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    import krung as api
+
+    assert f"default: {','.join(api.DEFAULT_LADDER)}; also: trace" in text.replace("│ ", "")

@@ -291,3 +291,184 @@ def test_kernels_cutedsl_kept_as_it_ran_become_artifacts(tmp_path):
     assert row["spills"] is False and "ptxas" in record["files"] and "sass" in record["files"]
     assert b"\0" not in (out_dir / "cutlass_scale_kernel" / "sm_90a.ptx").read_bytes()
     assert dumped.collect(tmp_path / "nothing", out_dir, "cutedsl", Target("sm_90a")) == []
+
+
+HEADER_PY = '''
+"""Its CUDA is in the .cu beside it, which includes a header from its own folder."""
+from pathlib import Path
+
+from torch.utils.cpp_extension import load
+
+
+def kernel(a, b):
+    return load("with_header", sources=[str(Path(__file__).with_suffix(".cu"))]).vector_add(a, b)
+'''
+HEADER_CU = '''
+#include "add4.cuh"
+'''
+ADD4_CUH = '''
+extern "C" __global__ void add4_kernel(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+'''
+
+
+@needs_nvcc
+def test_editing_an_included_header_is_a_rebuild_not_a_cache_hit(store, tmp_path):
+    py = write(tmp_path / "v" / "with_header.py", HEADER_PY)
+    write(tmp_path / "v" / "with_header.cu", HEADER_CU)
+    header = write(tmp_path / "v" / "add4.cuh", ADD4_CUH)
+    first = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    rung = first.rung("compile")
+    assert rung.ok, rung.line() + (rung.details or "")
+    assert rung.figures["cache"] == "miss"
+    assert [r["case"] for r in rung.figures["per_kernel"]] == ["with_header:add4_kernel"]
+    write(header, ADD4_CUH.replace("b[i];", "b[i] + typo_here;"))
+    second = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    rung = second.rung("compile")
+    assert rung.error_type == "CudaCompileError", rung.line()
+    assert "typo_here" in rung.error + (rung.details or "")
+    write(header, ADD4_CUH)  # back as it was: the first build, from the cache
+    third = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    assert third.rung("compile").figures["cache"] == "hit"
+
+
+@needs_nvcc
+def test_the_builtin_cu_file_with_its_kernel_in_a_header_compiles(store, tmp_path):
+    """A `.cu` compiled by krung finds headers of its own folder (-I its folder)."""
+    folder = tmp_path / "v"
+    folder.mkdir()
+    shutil.copy(SOLUTIONS / "cuda_file.py", folder / "cuda_file.py")
+    cu = (SOLUTIONS / "cuda_file.cu").read_text()
+    start = cu.index("__global__ void add4_kernel")
+    end = cu.index("torch::Tensor vector_add")
+    (folder / "add4.cuh").write_text("#pragma once\n#include <cstdint>\n" + cu[start:end])
+    (folder / "cuda_file.cu").write_text(cu[:start] + '#include "add4.cuh"\n\n' + cu[end:])
+    run = krung.evaluate("vector_add", folder / "cuda_file.py", store=store, device="cpu",
+                         rungs="static,compile")
+    rung = run.rung("compile")
+    assert rung.ok, rung.line() + (rung.details or "")
+    assert "cuda_file:add4_kernel" in [r["case"] for r in rung.figures["per_kernel"]]
+
+
+NO_HEADERS = '''
+"""load_inline without torch's headers, with a header from an include folder of its own."""
+from pathlib import Path
+
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline("scaled", cpp_sources="", cuda_sources='#include "scale.cuh"\\n',
+                  no_implicit_headers=True,
+                  extra_include_paths=[str(Path(__file__).parent / "include")])
+
+
+def kernel(a, b):
+    return ext.vector_add(a, b)
+'''
+
+
+@needs_nvcc
+def test_extra_include_paths_reach_nvcc_without_torchs_headers(store, tmp_path):
+    py = write(tmp_path / "v" / "no_headers.py", NO_HEADERS)
+    write(tmp_path / "v" / "include" / "scale.cuh", ADD4_CUH)
+    run = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    rung = run.rung("compile")
+    assert rung.ok, rung.line() + (rung.details or "")
+    assert [r["case"] for r in rung.figures["per_kernel"]] == ["scaled:add4_kernel"]
+    # artifacts without compile: on a CPU the worker never imports (and builds) it either
+    run = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,artifacts")
+    rung = run.rung("artifacts")
+    assert rung.ok, rung.line() + (rung.details or "")
+    assert rung.figures["kernels"] == 1 and "recompiled by krung" in rung.figures["source"]
+
+
+FIGURES_CU = '''
+__device__ __noinline__ float helper(float x) { return x * 2.f + 1.f; }
+
+// At most 1024 threads (.maxntid), launched with 128.
+extern "C" __global__ void __launch_bounds__(1024) bounded_kernel(float* x) {
+    x[threadIdx.x] = helper(x[threadIdx.x]);
+}
+
+// A per-thread array indexed at run time lives in local memory: LDL/STL, yet no spill.
+extern "C" __global__ void local_kernel(const float* x, float* y, const int* idx) {
+    float loc[64];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float s = x[i];
+    for (int j = 0; j < 64; ++j) { s = s * 1.5f + x[j]; loc[j] = s; }
+    y[i] = loc[idx[i] & 63];
+}
+
+void launch(float* x, float* y, const int* idx, int blocks, int threads) {
+    bounded_kernel<<<blocks, 128>>>(x);
+    local_kernel<<<blocks, threads>>>(x, y, idx);
+}
+'''
+
+
+@needs_nvcc
+def test_kernel_figures_of_a_cu_file(store, tmp_path):
+    """Only entry functions are kernels (not a __noinline__ helper); a literal launch block
+    size wins over .maxntid; local memory is counted apart from spills."""
+    py = write(tmp_path / "v" / "figures.py", BESIDE_PY)
+    write(tmp_path / "v" / "figures.cu", FIGURES_CU)
+    run = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    rung = run.rung("compile")
+    assert rung.ok, rung.line() + (rung.details or "")
+    rows = {row["case"]: row for row in rung.figures["per_kernel"]}
+    assert set(rows) == {"figures:bounded_kernel", "figures:local_kernel"}
+    assert rung.figures["kernels"] == 2
+    assert rows["figures:bounded_kernel"]["threads_per_block"] == 128
+    local = rows["figures:local_kernel"]
+    assert local["threads_per_block"] is None  # a variable: unknown, not the next literal
+    assert local["spill_store_bytes"] == local["spill_load_bytes"] == 0
+    assert local["spills"] is False and local["local_ops"] > 0 and local["stack_bytes"] > 0
+
+
+HEAVY_CU = '''
+extern "C" __global__ void heavy_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc[32];
+    #pragma unroll
+    for (int j = 0; j < 32; ++j) acc[j] = x[i + j * n];
+    #pragma unroll
+    for (int k = 0; k < 8; ++k)
+        #pragma unroll
+        for (int j = 0; j < 32; ++j) acc[j] = acc[j] * acc[(j + k + 1) & 31] + 1.f;
+    float s = 0.f;
+    #pragma unroll
+    for (int j = 0; j < 32; ++j) s += acc[j];
+    y[i] = s;
+}
+'''
+HEAVY_PY = '''
+from pathlib import Path
+
+from torch.utils.cpp_extension import load
+
+ext = load("heavy", sources=[str(Path(__file__).with_suffix(".cu"))],
+           extra_cuda_cflags=["--maxrregcount=24"])
+
+
+def kernel(a, b):
+    return ext.vector_add(a, b)
+'''
+
+
+@needs_nvcc
+def test_register_and_spill_figures_follow_the_versions_ptxas_options(store, tmp_path):
+    py = write(tmp_path / "v" / "heavy.py", HEAVY_PY)
+    cu = write(tmp_path / "v" / "heavy.cu", HEAVY_CU)
+    run = krung.evaluate("vector_add", py, store=store, device="cpu", rungs="static,compile")
+    rung = run.rung("compile")
+    assert rung.ok, rung.line() + (rung.details or "")
+    (row,) = rung.figures["per_kernel"]
+    # what nvcc itself says with the same flag
+    done = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-Xptxas", "-v",
+                           "--maxrregcount=24", str(cu), "-o", str(tmp_path / "heavy.cubin")],
+                          capture_output=True, text=True, check=True)
+    used = int(done.stderr.split("Used ")[1].split(" registers")[0])
+    stores = int(done.stderr.split(" bytes spill stores")[0].rsplit(", ", 1)[1])
+    assert row["registers"] == used <= 24
+    assert row["spill_store_bytes"] == stores > 0 and row["spills"] is True

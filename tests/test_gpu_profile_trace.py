@@ -13,7 +13,7 @@ import pytest
 
 import krung
 from krung import profile
-from tests.conftest import PROBLEMS
+from tests.conftest import GPUMODE, KERNELBENCH, PROBLEMS
 
 pytestmark = pytest.mark.gpu
 
@@ -149,3 +149,21 @@ def test_artifacts_on_the_gpu_are_what_it_compiled(store):
         assert record["source"] == "gpu" and record["launches"] >= 1
         if record.get("n_regs"):  # what the driver loaded, against what krung parsed
             assert row["registers"] == record["n_regs"]
+
+
+@pytest.mark.parametrize("problem, version", [
+    # KernelBench: the entry is ModelNew, not kernel(); the inputs come from get_inputs()
+    (KERNELBENCH / "1_ReLU.py", KERNELBENCH / "solutions" / "1_ReLU.py"),
+    # GPU MODE: the data is one nested tuple; the version imports task.py from its folder
+    (GPUMODE / "vectoradd_py", GPUMODE / "vectoradd_py" / "submission.py"),
+])
+def test_profile_loads_the_problems_entry_and_nested_inputs(krung, problem, version):
+    if profile.find_ncu() is None:
+        pytest.skip("ncu (Nsight Compute) is not installed")
+    result = krung("run", problem, version, "--device", "cuda", "--rungs",
+                   "static,compile,run,correctness,profile", "--json")
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    rung = rungs["profile"]
+    assert rung["status"] == "ok", json.dumps(rung, indent=1)[:4000]
+    assert rung["figures"]["kernels"] >= 1
+    assert all(k["duration_ns"] > 0 for k in rung["figures"]["per_kernel"])

@@ -206,3 +206,53 @@ def test_describe_knows_the_bytes_of_every_case():
     assert {c["label"]: c["bytes_moved"] for c in cases} == {
         f"size={n}": 3 * 4 * n * n for n in (1, 127, 128, 129, 256, 320)}
     assert about["warnings"] == []
+
+
+CUDA_SUBMISSION = '''
+"""vectoradd in CUDA C++ through load_inline, with GPU MODE's types from task.py."""
+from task import input_t, output_t
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+__global__ void add_kernel(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+torch::Tensor add(torch::Tensor a, torch::Tensor b, torch::Tensor c) {
+    int n = c.numel();
+    add_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(),
+                                         c.data_ptr<float>(), n);
+    return c;
+}
+"""
+_ext = load_inline("gpumode_add", cpp_sources="torch::Tensor add(torch::Tensor a, "
+                   "torch::Tensor b, torch::Tensor c);", cuda_sources=CUDA, functions=["add"])
+
+
+def custom_kernel(data: input_t) -> output_t:
+    a, b, c = data
+    return _ext.add(a, b, c)
+'''
+
+
+def test_a_version_outside_the_problem_folder_imports_task_in_the_build_process(krung,
+                                                                               tmp_path):
+    """The build process (artifacts; the CPU compile of CUDA C++) adds the problem's import
+    paths, as the worker does: a submission kept elsewhere still imports task.py."""
+    pytest.importorskip("triton")
+    copy = tmp_path / "elsewhere" / "submission.py"
+    copy.parent.mkdir()
+    shutil.copy(GPUMODE / "vectoradd_py" / "submission.py", copy)
+    result = krung("run", GPUMODE / "vectoradd_py", copy, "--rungs",
+                   f"{CHECKS},artifacts", "--json")
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    assert rungs["artifacts"]["status"] == "ok", rungs["artifacts"]
+    assert rungs["artifacts"]["figures"]["kernels"] == 1
+    if shutil.which("nvcc") is None:
+        return
+    cuda = write(tmp_path / "elsewhere" / "cuda_submission.py", CUDA_SUBMISSION)
+    result = krung("run", GPUMODE / "vectoradd_py", cuda, "--rungs", "static,compile",
+                   "--json")
+    compiled = {r["name"]: r for r in result.json()["rungs"]}["compile"]
+    assert compiled["status"] == "ok", compiled
+    assert compiled["figures"]["per_kernel"][0]["case"] == "gpumode_add:add_kernel"

@@ -66,3 +66,42 @@ def test_bf16_arithmetic_and_dot_are_right_under_the_interpreter():
     assert float(errors["fma"]) < 0.1
     # bf16 inputs, fp32 accumulation, one rounding to bf16: relative error below 2^-8.
     assert float(errors["dot"]) < 2 ** -8
+
+
+AUTOTUNED = r'''
+import torch, triton, triton.language as tl
+from krung.artifacts import launches
+from krung.interpreter import fix_autotune
+fix_autotune()
+log = launches.install()
+
+@triton.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"])
+@triton.jit
+def inc(x, o, n, B: tl.constexpr):
+    i = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(o + i, tl.load(x + i, mask=i < n) + 1, mask=i < n)
+
+x, o = torch.randn(40), torch.empty(40)
+for n in (40, 40, 40, 24, 40, 24):  # two keys, each tuned once, then called as timed calls are
+    inc[lambda meta: (triton.cdiv(n, meta["B"]),)](x, o, n)
+print("timed_calls_kept", len(log.recent))
+print("keys", len(log.autotune))
+print("tuned", sum("tune_s" in r for r in log.autotune.values()))
+# a grid that reads a meta-parameter gets the launch's keyword arguments, as in Triton
+print("unknown_grids", sum(r["grid"] is None for r in log.described.values()))
+log.recording = True  # what the worker does while it tunes before timing
+inc[(2,)](x, o, 40)
+print("recorded", len(log.recent))
+'''
+
+
+def test_the_autotune_hook_keeps_no_record_of_timed_calls():
+    """Only the worker's tune-before-timing step records its calls (krung.artifacts.launches);
+    a timed call of a kernel already noted costs a set lookup, not a record."""
+    pytest.importorskip("triton")
+    done = subprocess.run([sys.executable, "-c", AUTOTUNED], capture_output=True, text=True,
+                          env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
+    assert done.returncode == 0, done.stderr
+    figures = {k: int(v) for k, v in (line.split() for line in done.stdout.splitlines())}
+    assert figures == {"timed_calls_kept": 0, "keys": 2, "tuned": 2, "unknown_grids": 0,
+                       "recorded": 1}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -229,3 +230,45 @@ def test_eight_evaluations_at_once_are_all_recorded(scale_problem, version, stor
     runs = json.loads(listed.stdout)
     assert sorted(r["run_id"] for r in runs) == sorted(ids)
     assert all(r["verdict"] == "ok" for r in runs)
+
+
+PATCHES_NVCC = '''
+"""Not C++ at all; at import it replaces krung's nvcc call with one that does nothing."""
+import krung.artifacts.cuda_backend as backend
+from torch.utils.cpp_extension import load_inline
+
+backend._nvcc = lambda *args, **kwargs: None
+ext = load_inline("not_cpp", cpp_sources="", cuda_sources="this is not C++")
+
+
+def kernel(x):
+    return x * 2 + 1
+'''
+NO_KERNEL = '''
+"""Valid CUDA C++ that defines no kernel: nothing for compile to check."""
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline("no_kernel", cpp_sources="", no_implicit_headers=True,
+                  cuda_sources="__device__ float twice(float x) { return 2 * x; }")
+
+
+def kernel(x):
+    return x * 2 + 1
+'''
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (CUDA toolkit)")
+@pytest.mark.parametrize("source, error_type, words", [
+    (PATCHES_NVCC, "CudaCompileError", "not_cpp"),
+    (NO_KERNEL, "NoKernelCompiled", "no_kernel"),
+])
+def test_the_cpu_compile_of_cuda_cannot_be_gamed(krung, scale_problem, version, source,
+                                                 error_type, words):
+    """nvcc runs in the judge, not in the process that imported the version; a source that
+    gives no kernel fails instead of passing with kernels=0."""
+    path = version("gamed", source)
+    for rungs, expected in (("static,compile", error_type),
+                            ("static,artifacts", "TargetCompileError")):
+        result = krung("run", scale_problem, path, "--json", "--rungs", rungs)
+        failed = first_failure(result)
+        assert failed["error_type"] == expected and words in failed["error"], failed

@@ -77,7 +77,9 @@ def run(
         help="The version: a .py file defining kernel() (KernelBench: class ModelNew; "
              "GPU MODE: custom_kernel).")],
     rungs: Annotated[str | None, typer.Option(
-        help=f"Comma-separated rungs to climb (default all: {','.join(krung.RUNGS)}).")] = None,
+        help=f"Comma-separated rungs to climb (default: {','.join(krung.DEFAULT_LADDER)}; "
+             f"also: {','.join(r for r in krung.RUNGS if r not in krung.DEFAULT_LADDER)}).")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
     seed: Annotated[int | None, typer.Option(help="Fix the evaluation seed (to reproduce a "
                                                   "run); fresh and random by default.")] = None,
@@ -100,7 +102,7 @@ def run(
     chosen = _output_format(json_output, output_format)
     show = chosen is OutputFormat.TEXT
     # A bar on a terminal, else `[rung] case i/n ...` lines on stderr at most once a second.
-    asked = {n.strip() for n in rungs.split(",")} if rungs else set(krung.RUNGS)
+    asked = {n.strip() for n in rungs.split(",")} if rungs else set(krung.DEFAULT_LADDER)
     planned = [r for r in krung.RUNGS if r in asked]
     progress = display.run_progress(err, planned) if show else None
 

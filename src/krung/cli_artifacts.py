@@ -136,7 +136,9 @@ def _print_kernels(run_id: str, rung: Any, rows: list[dict[str, Any]]) -> None:
         table.add_column(column, justify="left" if column == "highlights" else "right")
     for row in rows:
         if row.get("error"):
-            table.add_row(row["kernel"], str(row.get("specialisation")), row["error"][:120])
+            blanks = [""] * (len(ARTIFACT_COLUMNS) - 1)  # the message in the last column
+            table.add_row(row["kernel"], str(row.get("specialisation")), *blanks,
+                          f"error: {row['error'][:120]}")
             continue
         label = row["kernel"] if row.get("function") in (None, row["kernel"]) else \
             f"{row['kernel']}:{row['function']}"

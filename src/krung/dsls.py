@@ -50,10 +50,6 @@ _PACKAGES = {
 }
 
 
-def by_name(name: str) -> Dsl:
-    return next((d for d in DSLS if d.name == name), TORCH)
-
-
 def detect(modules: list[str]) -> Dsl:
     """The DSL of a version from the modules it imports."""
     for dsl in DSLS:

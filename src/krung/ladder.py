@@ -92,16 +92,23 @@ class Context:
     def load(self) -> dict[str, Any]:
         """Import the version in the worker (once); raise RungFailed if that fails."""
         what = "the import of the version"
+        reply = self.candidate.request(self.load_message(), self.settings.compile_timeout_s,
+                                       what)
+        if not reply.get("ok"):
+            raise failure(reply["error"], what)
+        self.loaded = True
+        return reply
+
+    def load_message(self) -> dict[str, Any]:
+        """The `load` request for any worker of this version (the ladder's own, or a fresh
+        one under ncu or compute-sanitizer): its file, the problem's entry and import paths,
+        and on a GPU the build cache torch builds CUDA C++ in."""
         request = load_request(self.problem, self.solution.path)
         if self.device != "cpu" and self.solution.dsl == "cuda":
             from krung import build_cache  # torch builds CUDA C++ in a cache by the store
 
             request["build_cache"] = str(build_cache.root_for(self.run_dir))
-        reply = self.candidate.request(request, self.settings.compile_timeout_s, what)
-        if not reply.get("ok"):
-            raise failure(reply["error"], what)
-        self.loaded = True
-        return reply
+        return request
 
     def ask(self, message: dict[str, Any], what: str, timeout: float,
             max_tensor_bytes: int | None = None) -> dict[str, Any]:

@@ -4,10 +4,11 @@ The version cannot be built as torch would (that needs a CUDA build of torch) no
 its CUDA sources can be compiled for the target (sm_90a unless KRUNG_ARTIFACTS_ARCH says
 otherwise) with nvcc and ptxas, so a compile error is caught here, at the version's own
 line, and ptxas's report says what each kernel costs: registers, shared memory, spills. The
-sources are found by the artifacts rung's build process (krung.artifacts.cuda_backend:
-torch's load_inline/load and CuPy's RawKernel/RawModule caught at import, literal sources
-named anywhere in the file, a `.cu` beside the version); outputs are cached under the store
-(krung.build_cache), so compiling the same source again is a copy.
+sources are caught by the artifacts rung's build process (krung.artifacts.cuda_backend:
+torch's load_inline/load and CuPy's RawKernel/RawModule, at import) or found by the judge
+(literal sources named anywhere in the file, a `.cu` beside the version), and compiled in
+the judge, where the version's code never runs; a source that gives no kernel fails. Outputs
+are cached under the store (krung.build_cache), so compiling the same source again is a copy.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from krung.ladder import Context, RungSkipped
 
 # What the compile rung reports per kernel (the artifacts rung reports the rest).
 KERNEL_KEYS = ("kernel", "function", "registers", "static_smem_bytes", "stack_bytes",
-               "spill_store_bytes", "spill_load_bytes", "spills", "threads_per_block",
+               "spill_store_bytes", "spill_load_bytes", "spills", "local_ops", "threads_per_block",
                "occupancy")
 NOT_RUN = ("no GPU here: the CUDA sources were compiled for {arch} with nvcc, not run; "
            "running the version needs a GPU")
@@ -59,8 +60,16 @@ def compile_cuda(ctx: Context, dsl: str) -> dict[str, Any]:
             location=first.get("location"), details=first.get("details") or first["error"],
             figures=figures)
     rows = [row for record in found for row in inspect(record, out_dir)]
-    per_kernel = [{k: row[k] for k in KERNEL_KEYS if k in row} for row in rows
-                  if not row.get("error")]
+    empty = [row for row in rows if row.get("error")]
+    if empty:  # compiled, yet no cubin or no kernel in it: nothing was checked
+        first = empty[0]
+        raise RungFailed(
+            "NoKernelCompiled", f"{first['kernel']} compiled for {target.arch} but gave no "
+            f"kernel to inspect: {first['error']}",
+            "a CUDA source must define at least one __global__ kernel that nvcc compiles to "
+            "the cubin; read the notes in the details", location=first.get("location"),
+            details="\n".join(first.get("notes") or []) or None, figures=figures)
+    per_kernel = [{k: row[k] for k in KERNEL_KEYS if k in row} for row in rows]
     for row in per_kernel:  # the table's first column: source and function
         row["case"] = f"{row.pop('kernel')}:{row.pop('function', '?')}"
     figures.update({

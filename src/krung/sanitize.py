@@ -15,7 +15,7 @@ from krung import tree
 from krung.candidate import Candidate
 from krung.errors import RungFailed
 from krung.guard import NAN_BYTE
-from krung.ladder import Context, load_request, poison_leaves
+from krung.ladder import Context, poison_leaves
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
@@ -42,8 +42,7 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
         candidate.start()
         try:
             timeout = ctx.settings.compile_timeout_s * 4
-            reply = candidate.request(load_request(ctx.problem, ctx.solution.path), timeout,
-                                      f"loading under {tool}")
+            reply = candidate.request(ctx.load_message(), timeout, f"loading under {tool}")
             if reply.get("ok"):
                 inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
                 inputs = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)

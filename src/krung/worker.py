@@ -173,9 +173,13 @@ class Worker:
         if log is None or not log.autotune:
             return []
         log.recent.clear()
-        for inputs in sets:
-            self.kernel(*inputs)
-        self.synchronize()
+        log.recording = True
+        try:
+            for inputs in sets:
+                self.kernel(*inputs)
+            self.synchronize()
+        finally:
+            log.recording = False
         chosen = {json.dumps([r["kernel"], r["key"], r["dtypes"]], default=str): r
                   for r in log.recent}
         return list(chosen.values())

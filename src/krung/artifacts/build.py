@@ -3,7 +3,8 @@ backend write its kernels' artifacts. Started by the artifacts rung as
 `python -m krung.artifacts.build --fd N`, in its own process group and with a time limit,
 because importing the version runs the version's code; the judge never imports it.
 
-Request: {"version", "out_dir", "arch", "dsls": [...], "launches": [...]}.
+Request: {"version", "out_dir", "arch", "dsls": [...], "launches": [...], "import_paths"}
+(the folders the problem's format lets a version import from, as the worker adds them).
 Reply: {"ok": true, "records": [...]} or {"ok": false, "error": {...}}.
 """
 
@@ -29,6 +30,8 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     chosen = [registry[d] for d in dict.fromkeys(request["dsls"]) if d in registry]
     for backend in chosen:
         backend.prepare(request)
+    # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
+    sys.path.extend(p for p in request.get("import_paths", []) if p not in sys.path)
     try:
         _import_version(Path(request["version"]))
     except BaseException as exc:  # the version's own import error: say so, with its stack

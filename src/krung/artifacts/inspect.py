@@ -3,7 +3,8 @@
 For each compiled specialisation (a `.cubin`, usually with its `.ptx`): the SASS
 (`cuobjdump -sass`, kept as `.sass` without encodings), the resources the cubin declares
 (`cuobjdump -res-usage`), ptxas's report (`ptxas -v` on the PTX, kept as `.ptxas`, for spill
-bytes), the block size where it is known (Triton's num_warps, or PTX `.maxntid`/`.reqntid`),
+bytes), the block size where it is known (Triton's num_warps, a literal block size at the
+kernel's launch in CUDA C++, or else PTX `.reqntid`/`.maxntid`, an upper bound),
 and from all of them one row of figures per function. Runs in the judge: only tools and text
 parsers, never the version's code.
 """
@@ -63,13 +64,17 @@ def inspect(record: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
             row["static_smem_bytes"] = report[symbol]["static_smem_bytes"]  # reserved too
         dynamic = record.get("shared") if record.get("dsl") == "triton" else None
         row["dynamic_smem_bytes"] = dynamic
-        threads = (record.get("threads_per_block") or ntid.get(symbol)
-                   or (record.get("block_sizes") or {}).get(row["function"]))
+        threads = (record.get("threads_per_block")
+                   or (record.get("block_sizes") or {}).get(row["function"])
+                   or ntid.get(symbol))
         row["threads_per_block"] = threads
         found = sass.mix(per_function[symbol]) if symbol in per_function else {}
-        row["spills"] = (row.get("spill_store_bytes", 0) + row.get("spill_load_bytes", 0)
-                         + row.get("local_bytes", 0) > 0
-                         or bool(found.get("local_loads") or found.get("local_stores")))
+        # Spills are what ptxas says it spilled; local memory traffic (LDL/STL) also comes
+        # from per-thread arrays, so it is a figure of its own, not a spill.
+        row["spills"] = (row["spill_store_bytes"] + row["spill_load_bytes"] > 0
+                         if "spill_store_bytes" in row else None)
+        if found:
+            row["local_ops"] = found.get("local_loads", 0) + found.get("local_stores", 0)
         row.update(resources.occupancy(row.get("registers", 0), threads,
                                        row.get("static_smem_bytes", 0) + (dynamic or 0),
                                        capability))

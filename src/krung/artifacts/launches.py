@@ -34,12 +34,21 @@ class LaunchLog:
     def __init__(self) -> None:
         self.described: dict[str, dict[str, Any]] = {}  # CPU: description key -> record
         self.compiled: dict[int, tuple[Any, Any, int]] = {}  # GPU: id -> (fn, kernel, count)
-        # @triton.autotune: the config chosen per kernel and key, and those of recent calls
+        # @triton.autotune: the config chosen per kernel and key; and, while the worker tunes
+        # before timing (`recording`), the configs of those calls
         self.autotune: dict[str, dict[str, Any]] = {}
         self.recent: list[dict[str, Any]] = []
+        self.recording = False
+        self.noted: set[tuple[int, int]] = set()  # (tuner, config) pairs already noted
         self.tuning = 0  # >0 while an autotuner benchmarks its configs: not noted
 
-    def note_autotune(self, tuner: Any, args: tuple, kwargs: dict, before: set,
+    def needs_note(self, tuner: Any, tuned: bool) -> bool:
+        """Whether an autotuned call is worth noting: it tuned, or chose a config not noted
+        for this tuner yet, or the worker is recording. The rest (every timed call) costs a
+        set lookup, not a record."""
+        return tuned or self.recording or (id(tuner), id(tuner.best_config)) not in self.noted
+
+    def note_autotune(self, tuner: Any, args: tuple, kwargs: dict, tuned: bool,
                       seconds: float) -> None:
         """The config `tuner` chose for this call's key (its shape arguments and dtypes)."""
         named = {**dict(zip(tuner.arg_names, args, strict=False)), **kwargs}
@@ -55,14 +64,16 @@ class LaunchLog:
         name = getattr(tuner.base_fn, "__name__", "kernel")
         record = {"kernel": name, "key": shape, "dtypes": dtypes, "config": chosen,
                   "label": config_label(chosen), "configs": len(tuner.configs)}
-        if key not in before:  # tuned by this call
+        if tuned:  # tuned by this call
             record["tune_s"] = round(seconds, 3)
         held = self.autotune.get(json.dumps([name, shape, dtypes], default=str))
         if held is None and len(self.autotune) < MAX_KERNELS:
             self.autotune[json.dumps([name, shape, dtypes], default=str)] = record
         elif held is not None and "tune_s" in record:
             held.update(record)
-        self.recent.append(record)
+        self.noted.add((id(tuner), id(config)))
+        if self.recording:
+            self.recent.append(record)
 
     def note_compiled(self, fn: Any, kernel: Any) -> None:
         if self.tuning:  # a config the autotuner tried, not the one it chose
@@ -95,7 +106,7 @@ class LaunchLog:
         if held is not None:
             held["launches"] += 1
         elif len(self.described) < MAX_KERNELS:
-            self.described[key] = {**record, "launches": 1, "grid": _grid(grid, args, names)}
+            self.described[key] = {**record, "launches": 1, "grid": _grid(grid, args, names, kwargs)}
 
 
 def install() -> LaunchLog:
@@ -142,11 +153,13 @@ def _wrap_autotuner(log: LaunchLog) -> None:
 
     @functools.wraps(original_run)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before = set(self.cache)
+        size = len(self.cache)
         start = time.perf_counter()
         result = original_run(self, *args, **kwargs)
-        with contextlib.suppress(Exception):  # noting is best effort: the launch went on
-            log.note_autotune(self, args, kwargs, before, time.perf_counter() - start)
+        tuned = len(self.cache) > size
+        if log.needs_note(self, tuned):
+            with contextlib.suppress(Exception):  # noting is best effort: the launch went on
+                log.note_autotune(self, args, kwargs, tuned, time.perf_counter() - start)
         return result
 
     @functools.wraps(original_bench)
@@ -214,10 +227,13 @@ def _parameters(fn: Any) -> tuple[list[str], set[str]]:
     return names, constexprs
 
 
-def _grid(grid: Any, args: tuple, names: list[str]) -> list[int] | None:
+def _grid(grid: Any, args: tuple, names: list[str],
+          kwargs: dict[str, Any] | None = None) -> list[int] | None:
+    """The launch grid as numbers; a callable grid gets the arguments and the launch's
+    keyword arguments (meta-parameters such as BLOCK), as Triton gives them."""
     try:
         if callable(grid):
-            grid = grid(dict(zip(names, args, strict=False)))
+            grid = grid({**dict(zip(names, args, strict=False)), **(kwargs or {})})
         return [int(g) for g in grid]
     except Exception:  # a grid callable that needs the autotuner's meta-parameters
         return None

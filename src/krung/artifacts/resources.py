@@ -41,7 +41,8 @@ LIMITS = {
 
 _RES_FUNCTION = re.compile(r"^\s*Function\s+(\S+?):\s*$")
 _RES_FIELDS = re.compile(r"([A-Z_]+(?:\[\d+\])?):(\d+)")
-_PTXAS_ENTRY = re.compile(r"(?:Compiling entry function|Function properties for) '?([^'\s]+)'?")
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '?([^'\s]+)'?")
+_PTXAS_PROPERTIES = re.compile(r"Function properties for '?([^'\s]+)'?")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes "
                           r"spill loads")
 _PTXAS_USED = re.compile(r"Used (\d+) registers")
@@ -74,7 +75,9 @@ def parse_res_usage(text: str) -> dict[str, dict[str, int]]:
 
 def parse_ptxas(text: str) -> dict[str, dict[str, int]]:
     """`ptxas -v` output -> {function: {registers, stack_bytes, spill_store_bytes,
-    spill_load_bytes, static_smem_bytes, barriers}}."""
+    spill_load_bytes, static_smem_bytes, barriers}}, for entry functions (kernels) only:
+    ptxas also prints "Function properties" for a `__noinline__` device function, which
+    is not a kernel."""
     found: dict[str, dict[str, int]] = {}
     current: str | None = None
     for line in text.splitlines():
@@ -82,6 +85,10 @@ def parse_ptxas(text: str) -> dict[str, dict[str, int]]:
         if entry:
             current = entry.group(1)
             found.setdefault(current, {})
+            continue
+        properties = _PTXAS_PROPERTIES.search(line)
+        if properties:  # an entry's own properties, or a device function's (skipped)
+            current = properties.group(1) if properties.group(1) in found else None
             continue
         if current is None:
             continue

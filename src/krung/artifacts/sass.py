@@ -85,7 +85,8 @@ def width_bits(op: str) -> int:
 def mix(text: str) -> dict[str, Any]:
     """The instruction mix of one function's SASS (or of a whole file)."""
     ops = instructions(text)
-    base = Counter(op.split(".")[0] for op, _ in ops)
+    base = Counter("MOV" if _is_move(op, operands) else op.split(".")[0]
+                   for op, operands in ops)
     widths: dict[str, Counter] = {"LDG": Counter(), "STG": Counter()}
     for op, _ in ops:
         head = op.split(".")[0]
@@ -107,6 +108,15 @@ def mix(text: str) -> dict[str, Any]:
             if base[op]:
                 result[op.lower()] = base[op]
     return result
+
+
+_MOVE_BY_FMA = re.compile(r"\s*\w+\s*,\s*-RZ\s*,\s*RZ\s*,")
+
+
+def _is_move(op: str, operands: str) -> bool:
+    """`HFMA2.MMA R5, -RZ, RZ, 0, 0` (or with a constant): ptxas's idiom to load a constant
+    into a register on the tensor-pipe FMA, a move and not arithmetic."""
+    return op.startswith("HFMA2") and bool(_MOVE_BY_FMA.match(operands))
 
 
 def highlights(found: dict[str, Any]) -> str:

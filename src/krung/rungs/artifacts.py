@@ -7,7 +7,9 @@ stages its DSL produces into the run's folder, `artifacts/<kernel>/<specialisati
 - Triton on a GPU: the kernels the worker actually compiled (TTIR, TTGIR, LLIR, PTX, CUBIN);
 - Triton on a CPU: the launches the interpreter ran, compiled for sm_90a (or
   KRUNG_ARTIFACTS_ARCH) in a separate build process;
-- CUDA C++ (torch's load_inline/load, CuPy's RawKernel, a `.cu` beside the version): nvcc;
+- CUDA C++ (torch's load_inline/load, CuPy's RawKernel, a `.cu` beside the version): the
+  build process catches the sources, the judge compiles them with nvcc (for the GPU's own
+  arch, as torch builds them, or the arch the version's flags name);
 - CuTeDSL: the PTX and CUBIN its compiler kept as the version ran (krung.artifacts.dumped).
 Then SASS and the resource reports, and per function the figures (krung.artifacts.inspect).
 A kernel that runs under the interpreter but does not compile for the GPU fails the rung.
@@ -32,9 +34,9 @@ from krung.solution import detect_dsl
 # (no GPU); for the other DSLs the rung itself skips when compile failed.
 NEEDS = ("static",)
 FOLDER = "artifacts"
-ROW_KEYS = ("kernel", "function", "specialisation", "dsl", "registers", "static_smem_bytes",
+ROW_KEYS = ("kernel", "function", "symbol", "specialisation", "dsl", "registers", "static_smem_bytes",
             "dynamic_smem_bytes", "stack_bytes", "local_bytes", "spill_store_bytes",
-            "spill_load_bytes", "spills", "threads_per_block", "occupancy", "blocks_per_sm",
+            "spill_load_bytes", "spills", "local_ops", "threads_per_block", "occupancy", "blocks_per_sm",
             "warps_per_sm", "limited_by", "warps_by_registers", "launches", "highlights",
             "sass", "files", "notes", "error", "error_kind", "location")
 
@@ -46,13 +48,15 @@ def run(ctx: Context) -> dict[str, Any]:
     dsl = detect_dsl(ast.parse(ctx.solution.source))
     compiled = ctx.results.get("compile")
     reply: dict[str, Any] = {}
-    # A CUDA version compiled by nvcc alone (no GPU) was never imported by the worker.
-    ran = compiled is None or (compiled.ok and compiled.figures.get("ran", True))
+    # A CUDA version is never imported by a worker without a GPU (nvcc compiles its sources).
+    cuda_on_cpu = ctx.device == "cpu" and dsl in ("cuda", "cupy")
+    ran = not cuda_on_cpu and (compiled is None or (compiled.ok and compiled.figures.get("ran",
+                                                                                     True)))
     if ran:
         reply = ctx.ask({"op": "kernels",
                          "out_dir": str(out_dir) if ctx.device == "cuda" else None},
                         "listing the kernels the version launched", ctx.settings.call_timeout_s)
-    elif dsl not in ("cuda", "cupy") or compiled.error_type == "DSLNotInstalled":
+    elif not cuda_on_cpu or (compiled is not None and compiled.error_type == "DSLNotInstalled"):
         raise RungSkipped(f"needs compile, which {compiled.status.value} (only CUDA sources "
                           "can be compiled without running the version)")
     records: list[dict[str, Any]] = list(reply.get("compiled") or [])
@@ -69,7 +73,7 @@ def run(ctx: Context) -> dict[str, Any]:
     for row in rows:
         row["files"] = {k: f"{FOLDER}/{row['kernel']}/{v}"
                         for k, v in _files_of(records, row).items()}
-    figures = _summary(rows, target, ctx.device)
+    figures = _summary(rows, target, ctx.device, recompiled=dsl in ("cuda", "cupy"))
     if reply.get("autotune"):  # the configs @triton.autotune chose: their kernels are above
         figures["autotune"] = reply["autotune"]
     broken = [r for r in rows if r.get("error") and r.get("error_kind", "compile") == "compile"]
@@ -97,10 +101,19 @@ def target_for(ctx: Context) -> Target:
     return Target(DEFAULT_ARCH)
 
 
+def cuda_target(ctx: Context, target: Target) -> Target:
+    """What CUDA C++ is compiled for: on a GPU, the arch torch (and NVRTC) builds for, the
+    GPU's own without the `a` (sm_90, not sm_90a), unless KRUNG_ARTIFACTS_ARCH says."""
+    if ctx.device == "cuda" and ctx.settings.artifacts_arch == "auto":
+        return Target(target.arch.rstrip("a"))
+    return target
+
+
 def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                   launches: list[dict[str, Any]], dsl: str,
                   rung: str = "artifacts") -> list[dict[str, Any]]:
-    """Import the version in a build process of its own and have the backends compile."""
+    """Import the version in a build process of its own and have the backends compile; CUDA
+    sources come back as text and nvcc compiles them here, out of the version's reach."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONUNBUFFERED"] = "1"
     process, channel = spawn("krung.artifacts.build",
@@ -111,7 +124,8 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     try:
         channel.send({"version": str(ctx.solution.path), "out_dir": str(out_dir),
                       "arch": target.arch, "dsls": dsls + ([dsl] if dsl == "cupy" else []),
-                      "launches": launches, "cache_dir": str(build_cache.root_for(ctx.run_dir))})
+                      "launches": launches, "cache_dir": str(build_cache.root_for(ctx.run_dir)),
+                      "import_paths": list(ctx.problem.entry.get("import_paths", []))})
         ctx.progress(rung, what)
         if not channel.poll(timeout):
             raise RungFailed("Timeout", f"{what} did not finish within {timeout:g} s",
@@ -133,14 +147,24 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                          "the version imports in the worker but not in the build process: "
                          "look for import-time code that needs the interpreter or a GPU",
                          details=error.get("details"))
-    records = reply["records"]
+    records = [r for r in reply["records"] if "cuda_source" not in r]
+    if "cuda" in dsls:
+        from krung.artifacts import cuda_backend
+
+        auto = ctx.settings.artifacts_arch == "auto"
+        arch = cuda_target(ctx, target)
+        ctx.progress(rung, f"nvcc for {arch.arch}")
+        captured = [r["cuda_source"] for r in reply["records"] if "cuda_source" in r]
+        records += cuda_backend.compile_all(ctx.solution.path, captured, arch, out_dir,
+                                            build_cache.root_for(ctx.run_dir),
+                                            arch_from_flags=auto)
     if "cuda" in dsls and not any(r.get("dsl") == "cuda" for r in records):
         records.append({"kernel": "cuda", "dsl": "cuda", "specialisation": target.arch,
                         "error": "no CUDA source found: krung catches torch's load_inline and "
                                  "load, CuPy's RawKernel and RawModule at import, and a .cu "
                                  "file beside the version with its name",
                         "error_kind": "not_found"})
-    nvcc_missing = [r for r in records if "nvcc is not on PATH" in str(r.get("error"))]
+    nvcc_missing = [r for r in records if r.get("error_kind") == "no_toolkit"]
     if nvcc_missing and len(nvcc_missing) == len(records):
         raise RungSkipped(nvcc_missing[0]["error"])
     return records
@@ -172,12 +196,13 @@ def _files_of(records: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, s
     return {}
 
 
-def _summary(rows: list[dict[str, Any]], target: Target, device: str) -> dict[str, Any]:
+def _summary(rows: list[dict[str, Any]], target: Target, device: str,
+             recompiled: bool = False) -> dict[str, Any]:
     good = [r for r in rows if not r.get("error")]
     occupancies = [r["occupancy"] for r in good if r.get("occupancy") is not None]
     figures: dict[str, Any] = {
         "arch": target.arch,
-        "source": "kernels the GPU ran" if device == "cuda" else f"compiled for {target.arch}",
+        "source": _source_label(rows, target, device, recompiled),
         "kernels": len({r["kernel"] for r in rows}),
         "specialisations": len({(r["kernel"], r.get("specialisation")) for r in rows}),
         "max_registers": max((r.get("registers", 0) for r in good), default=None),
@@ -189,3 +214,13 @@ def _summary(rows: list[dict[str, Any]], target: Target, device: str) -> dict[st
         "per_kernel": [{k: r[k] for k in ROW_KEYS if k in r} for r in rows],
     }
     return figures
+
+
+def _source_label(rows: list[dict[str, Any]], target: Target, device: str,
+                  recompiled: bool) -> str:
+    """Where the figures come from: the kernels the GPU ran, or krung's own compile."""
+    if recompiled:  # CUDA C++: krung's nvcc, from the sources torch or CuPy built
+        archs = sorted({str(r.get("specialisation")) for r in rows if r.get("dsl") == "cuda"})
+        return (f"recompiled by krung with nvcc for {', '.join(archs) or target.arch} from the "
+                "version's CUDA sources" + (" (as torch builds them)" if device == "cuda" else ""))
+    return "kernels the GPU ran" if device == "cuda" else f"compiled for {target.arch}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from krung import profile
+from krung import profile, tree
 from krung.candidate import Candidate
 from krung.errors import RungFailed
 from krung.ladder import Context, RungSkipped
@@ -43,11 +43,11 @@ def run(ctx: Context) -> dict[str, Any]:
     label = case_label(case)
     try:
         ctx.progress("profile", f"ncu on case {label}")
-        reply = candidate.request({"op": "load", "path": str(ctx.solution.path)}, timeout,
-                                  "loading the version under ncu")
+        reply = candidate.request(ctx.load_message(), timeout, "loading the version under ncu")
         if reply.get("ok"):
             inputs = ctx.make_inputs(case, ctx.seed_for("profile"))
-            reply = candidate.request({"op": "profile", "inputs": [t.cpu() for t in inputs],
+            cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))  # nested data, scalars too
+            reply = candidate.request({"op": "profile", "inputs": cpu,
                                        "range": profile.NVTX_RANGE, "warmup": 1, "calls": 1},
                                       timeout, f"the profiled call on case {label}")
     except RungFailed as failed:

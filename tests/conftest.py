@@ -130,3 +130,31 @@ def version(tmp_path):
         return write(tmp_path / "versions" / f"{name}.py", source)
 
     return make
+
+
+# A CUDA C++ version of vector_add with a typo in its kernel (`bb`): the compile rung must
+# name the line of the .py file where it sits, on a CPU (nvcc) and on a GPU (torch's build).
+BROKEN_CUDA = '''
+"""A CUDA C++ version with a typo in its kernel."""
+import torch
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+__global__ void add_kernel(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + bb[i];
+}
+torch::Tensor vector_add(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    add_kernel<<<(a.numel() + 127) / 128, 128>>>(a.data_ptr<float>(), b.data_ptr<float>(),
+                                                 out.data_ptr<float>(), a.numel());
+    return out;
+}
+"""
+
+
+def kernel(a, b):
+    ext = load_inline("broken_add", cpp_sources="torch::Tensor vector_add(torch::Tensor a, torch::Tensor b);",
+                      cuda_sources=CUDA, functions=["vector_add"])
+    return ext.vector_add(a, b)
+'''

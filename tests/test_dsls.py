@@ -14,6 +14,7 @@ import pytest
 import krung
 from krung import dsls
 from krung.cuda_source import diagnostics, source_line, static_sources
+from tests.conftest import BROKEN_CUDA as BROKEN
 from tests.conftest import PROBLEMS, write
 
 SOLUTIONS = PROBLEMS / "vector_add" / "solutions"
@@ -73,32 +74,6 @@ def test_cuda_cpp_compiles_for_sm90_without_a_gpu_and_is_not_run(store):
     folder = store.parent / "runs" / run.run_id / "artifacts" / "krung_vector_add"
     assert ".entry _Z10add_kernel" in (folder / "sm_90a.ptx").read_text()
     assert "Used" in (folder / "sm_90a.ptxas").read_text()
-
-
-BROKEN = '''
-"""A CUDA C++ version with a typo in its kernel."""
-import torch
-from torch.utils.cpp_extension import load_inline
-
-CUDA = r"""
-__global__ void add_kernel(const float* a, const float* b, float* out, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a[i] + bb[i];
-}
-torch::Tensor vector_add(torch::Tensor a, torch::Tensor b) {
-    auto out = torch::empty_like(a);
-    add_kernel<<<(a.numel() + 127) / 128, 128>>>(a.data_ptr<float>(), b.data_ptr<float>(),
-                                                 out.data_ptr<float>(), a.numel());
-    return out;
-}
-"""
-
-
-def kernel(a, b):
-    ext = load_inline("broken_add", cpp_sources="torch::Tensor vector_add(torch::Tensor a, torch::Tensor b);",
-                      cuda_sources=CUDA, functions=["vector_add"])
-    return ext.vector_add(a, b)
-'''
 
 
 @needs_nvcc

@@ -10,6 +10,7 @@ import json
 import pytest
 
 import krung
+from tests.conftest import BROKEN_CUDA as BROKEN
 from tests.conftest import PROBLEMS
 
 pytestmark = pytest.mark.gpu
@@ -73,36 +74,6 @@ def test_cuda_inline_builds_once_in_the_store_cache(store):
     assert second["build_s"] < max(first["build_s"] / 5, 1.0)
     assert first["call_s"] < first["first_call_s"]  # the build is kept apart from the call
     assert (store.parent / "build_cache" / "torch_extensions").is_dir()
-
-
-BROKEN = '''
-import functools
-
-from torch.utils.cpp_extension import load_inline
-
-CUDA = r"""
-__global__ void add_kernel(const float* a, const float* b, float* out, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a[i] + bb[i];
-}
-torch::Tensor vector_add(torch::Tensor a, torch::Tensor b) {
-    auto out = torch::empty_like(a);
-    add_kernel<<<(a.numel() + 127) / 128, 128>>>(a.data_ptr<float>(), b.data_ptr<float>(),
-                                                 out.data_ptr<float>(), a.numel());
-    return out;
-}
-"""
-
-
-@functools.cache
-def _module():
-    return load_inline("krung_broken_gpu", "torch::Tensor vector_add(torch::Tensor a, torch::Tensor b);",
-                       cuda_sources=CUDA, functions=["vector_add"])
-
-
-def kernel(a, b):
-    return _module().vector_add(a, b)
-'''
 
 
 def test_a_cuda_build_error_on_the_gpu_names_the_py_line(store, version):

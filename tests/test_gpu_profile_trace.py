@@ -78,31 +78,36 @@ import triton.language as tl
 
 import krung.tracer as kt
 
+PROGRAMS = 64  # fewer than the SMs: each program has an SM to itself, so a region's time is
+               # its own work, not its wait behind other programs' warps on a shared SM
+
 
 @triton.jit
 def busy_kernel(x_ptr, y_ptr, n, trace, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     kt.start(trace, 0)
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    acc = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    for _ in range(ITERS):
-        acc = acc * 0.999 + 0.001
-    tl.store(y_ptr + offs, acc, mask=offs < n)
+    for block in range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        acc = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        for _ in range(ITERS):
+            acc = acc * 0.999 + 0.001
+        tl.store(y_ptr + offs, acc, mask=offs < n)
     kt.stop(trace, 0)
     kt.start(trace, 1)
-    acc = tl.load(y_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    for _ in range(2 * ITERS):
-        acc = acc * 0.999 + 0.001
-    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    # y = 2x + 1 after the work; acc (near 1) decides nothing but keeps the loop alive
-    tl.store(y_ptr + offs, tl.where(acc == 12345.5, acc, x * 2 + 1), mask=offs < n)
+    for block in range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        acc = tl.load(y_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        for _ in range(2 * ITERS):
+            acc = acc * 0.999 + 0.001
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        # y = 2x + 1 after the work; acc (near 1) decides nothing but keeps the loop alive
+        tl.store(y_ptr + offs, tl.where(acc == 12345.5, acc, x * 2 + 1), mask=offs < n)
     kt.stop(trace, 1)
 
 
 def kernel(x):
     y = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, 1024),)
-    busy_kernel[grid](x, y, n, kt.buffer(grid, ["first", "second"], "busy_kernel"),
+    grid = (PROGRAMS,)
+    busy_kernel[grid](x, y, x.numel(), kt.buffer(grid, ["first", "second"], "busy_kernel"),
                       BLOCK=1024, ITERS=4000, num_warps=4)
     return y
 '''
@@ -117,19 +122,18 @@ def test_traced_regions_add_up_to_the_kernel_time(store, scale_problem, version)
     print(json.dumps(figures, indent=1))
     regions = {r["region"]: r for r in figures["per_region"]}
     assert set(regions) == {"first", "second"}
-    programs = (1 << 20) // 1024  # the first bench case of the scale problem
-    assert all(r["programs"] == programs for r in regions.values())
+    assert all(r["programs"] == 64 for r in regions.values())
     # The second region does twice the work of the first.
     assert regions["second"]["median_ns"] == pytest.approx(2 * regions["first"]["median_ns"],
                                                            rel=0.35)
-    # Every program is resident at once (one wave), so the regions' medians add up to the
+    # Every program runs at once on its own SM, so the regions' medians add up to the
     # launch's span, and the span is the kernel's time inside the call's event time.
     span_ns = regions["first"]["launch_span_ns"]
     assert regions["first"]["median_ns"] + regions["second"]["median_ns"] == \
         pytest.approx(span_ns, rel=0.25)
     assert 0.5 * figures["call_us"] <= span_ns / 1e3 <= 1.05 * figures["call_us"]
     trace = json.loads((store.parent / "runs" / run.run_id / figures["files"][0]).read_text())
-    assert len(trace["traceEvents"]) == 2 * programs
+    assert len(trace["traceEvents"]) == 2 * 64
     assert all(e["ph"] == "X" and e["dur"] > 0 for e in trace["traceEvents"])
 
 

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from krung import roofline
-from krung.calibration import beside_datasheet, find, key_of
-from krung.device import DATASHEET, datasheet_for, floor_us
+from krung.calibration import METHOD, beside_datasheet, find, key_of
+from krung.device import DATASHEET, clock_warning, datasheet_for, floor_us
 from krung.roofline import Ceilings, ProfileSignals, likely_limiter, place, profile_signals
 from krung.rungs.roofline import (
     _allows_tf32,
@@ -142,6 +142,10 @@ def test_the_likely_limiter_from_what_the_benchmark_saw():
                                              "measurement"})
     assert hot.endswith("; the GPU was throttling (hw_thermal) after the measurement: part of "
                         "the gap may be the clock's")
+    capped = _limiter(3000.0, {"power_capped": True})
+    assert capped.endswith("the GPU was at its power limit (sw_power_cap): sustained heavy math "
+                           "runs at a lower clock than the short-run peak, so part of the gap "
+                           "is power")
 
 
 def test_the_likely_limiter_from_a_profile_summary():
@@ -239,7 +243,7 @@ def test_calibrations_are_kept_per_device_driver_and_versions():
            "cuda": "12.8", "host": "any", "device": "cuda"}
     key = key_of(env)
     assert key == {"device_name": "NVIDIA H200", "driver": "570.1", "torch": "2.13.0",
-                   "cuda": "12.8", "method": 1}
+                   "cuda": "12.8", "method": METHOD}
     entries = [{"key": key_of({**env, "driver": "560.0"}), "record": {}},
                {"key": key, "record": {"dram_bytes_per_s": 1.0}}]
     assert find(entries, key) is entries[1]
@@ -275,3 +279,18 @@ def test_a_calibration_taken_at_low_clocks_serves_one_run_and_is_not_kept():
              "measured_at": "2026-12-01T10:05:00+00:00"}
     assert adopt(clean, kept.append) == "measured now (2026-12-01T10:05:00+00:00)"
     assert kept == [clean]
+
+
+def _clock(sm_mhz: int, throttle: list[str], power_capped: bool = False) -> dict:
+    return {"sm_mhz": sm_mhz, "sm_max_mhz": 1980, "throttle": throttle,
+            "power_capped": power_capped}
+
+
+def test_the_power_cap_alone_is_no_clock_warning():
+    # A bf16 matmul holds its own clock down to stay under the board's power limit (seen on
+    # the H200 after calibration): that is the speed such work gets, so the ceiling is kept.
+    assert clock_warning(_clock(1980, []), _clock(1605, [], power_capped=True)) is None
+    assert "hw_thermal" in clock_warning(None, _clock(1605, ["hw_thermal"], power_capped=True))
+    assert "below 90%" in clock_warning(None, _clock(1200, []))
+    assert "before the measurement" in clock_warning(_clock(1980, ["sw_thermal"]),
+                                                     _clock(1980, []))

@@ -186,3 +186,16 @@ class Candidate:
         self.kill()
         if self.channel is not None:
             self.channel.close()
+
+    def finish(self, timeout: float) -> int | None:
+        """End the worker by closing its channel and let it exit by itself, for a tool it
+        runs under that writes its report at exit (compute-sanitizer's error summary).
+        Killed after `timeout` s; returns its exit status, or None when it had to be killed."""
+        if self.channel is not None:
+            self.channel.close()
+        code = None
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.process.wait(timeout=timeout)
+        self.kill()  # what it left behind in its process group, or itself if it hung
+        return code

@@ -12,14 +12,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# NVML's clock event ("throttle") reason bits that mean the clock was held down.
+# NVML's clock event ("throttle") reason bits that mean the clock was held down by something
+# other than the work itself.
 _THROTTLES = {
-    0x4: "sw_power_cap",
     0x8: "hw_slowdown",
     0x20: "sw_thermal",
     0x40: "hw_thermal",
     0x80: "hw_power_brake",
 }
+# The board's power limit: heavy work (a bf16 matmul) lowers its own clock to stay under it,
+# so a clock held down by it is the speed that work really gets, not a fault of the reading.
+_POWER_CAP = {0x4: "sw_power_cap"}
 _INFORMATIONAL = {0x1: "idle", 0x2: "applications_clocks", 0x10: "sync_boost",
                   0x100: "display_clocks"}
 
@@ -52,20 +55,22 @@ def clock_state() -> dict[str, Any] | None:
             "temp_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
             "power_w": round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
             "throttle": [name for bit, name in _THROTTLES.items() if bits & bit],
-            "reasons": [name for bit, name in {**_THROTTLES, **_INFORMATIONAL}.items()
-                        if bits & bit],
+            "power_capped": bool(bits & 0x4),
+            "reasons": [name for bit, name in {**_THROTTLES, **_POWER_CAP,
+                                               **_INFORMATIONAL}.items() if bits & bit],
         }
     except Exception:  # NVML missing or unusable: telemetry is optional
         return None
 
 
 def clock_warning(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str | None:
-    """Why the figures taken between two readings may be low-clocked, or None."""
+    """Why the figures taken between two readings may be low-clocked, or None. The power cap
+    alone is no reason: the work measured holds the clock down itself."""
     if not after:
         return None
     if after["throttle"]:
         return f"the GPU was throttling ({', '.join(after['throttle'])}) after the measurement"
-    if after["sm_mhz"] < 0.9 * after["sm_max_mhz"]:
+    if after["sm_mhz"] < 0.9 * after["sm_max_mhz"] and not after.get("power_capped"):
         return (f"the SM clock was {after['sm_mhz']} MHz after the measurement, below 90% of "
                 f"its {after['sm_max_mhz']} MHz maximum")
     if before and before["throttle"]:

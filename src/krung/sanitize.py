@@ -20,6 +20,11 @@ from krung.ladder import Context, poison_leaves
 TOOLS = ("memcheck", "racecheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazard", re.IGNORECASE)
+# The first line of each error record: "========= Invalid __global__ read of size 2 bytes".
+_RECORD = re.compile(r"^=========\s+(Invalid|Uninitialized|Program hit|Barrier|"
+                     r"(Error|Warning): (Race|Potential))", re.IGNORECASE)
+EXIT_TIMEOUT_S = 60  # for the worker to exit and the tool to write its summary
+PADDING_BYTES = 4096  # after every allocation under memcheck; cudaMalloc packs them back to back
 
 
 def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
@@ -34,6 +39,8 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
         prefix = [executable, "--tool", tool, "--log-file", str(log), "--print-limit", "20"]
         if tool == "racecheck":
             prefix += ["--racecheck-report", "hazard"]
+        if tool == "memcheck":  # red zones, or a read just past a tensor lands in the next one
+            prefix += ["--padding", str(PADDING_BYTES)]
         # Without torch's caching allocator every tensor is its own allocation, so memcheck
         # sees an access past a tensor's end instead of one inside a cached block.
         candidate = Candidate("cuda", ctx.run_dir, ctx.solution.path, cuda_ipc=False,
@@ -49,18 +56,21 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
                 cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))
                 candidate.request({"op": "call", "inputs": cpu}, timeout,
                                   f"one call under {tool}")
+            # The tool writes its error summary as the worker exits: let it exit.
+            candidate.finish(EXIT_TIMEOUT_S)
         finally:
             candidate.close()
         report = log.read_text(errors="replace") if log.exists() else ""
-        findings[tool] = _parse(report)
+        findings[tool] = parse_report(report)
     return findings
 
 
-def _parse(report: str) -> dict[str, Any]:
+def parse_report(report: str) -> dict[str, Any]:
+    """The error count of a compute-sanitizer log, its first error, and whether the log is
+    complete (ends in the tool's summary). A log cut short still counts the errors it lists."""
     counts = [int(m) for m in _SUMMARY.findall(report) + _RACE_SUMMARY.findall(report)]
-    errors = max(counts, default=0)
-    first = next((line.strip() for line in report.splitlines()
-                  if line.strip().startswith("=========") and (
-                      "Invalid" in line or "Race" in line or "Uninitialized" in line
-                      or "hazard" in line)), "")
-    return {"errors": errors, "first": first.strip("= ").strip(), "report": report[-8000:]}
+    records = [line.strip("= ").strip() for line in report.splitlines()
+               if _RECORD.match(line)]
+    return {"errors": max(counts) if counts else len(records),
+            "first": records[0] if records else "",
+            "complete": bool(counts), "report": report[-8000:]}

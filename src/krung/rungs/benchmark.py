@@ -132,6 +132,8 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         warning = clock_warning(before, after)
         if warning:
             row["clock_warning"] = warning
+        if after.get("power_capped"):
+            row["power_capped"] = True
     if ctx.device == "cuda":
         _check_possible(ctx, case, row)
     return row

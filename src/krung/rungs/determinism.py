@@ -70,4 +70,12 @@ def _sanitize(ctx: Context, case: dict) -> dict[str, Any]:
                          "uninitialised device memory",
                          details="\n\n".join(f["report"] for f in errors.values()),
                          figures={t: f["errors"] for t, f in findings.items()})
+    cut = [tool for tool, f in findings.items() if not f["complete"]]
+    if cut:  # no summary: the tool stopped early, so "no errors listed" proves nothing
+        raise RungFailed("SanitizerIncomplete",
+                         f"compute-sanitizer {', '.join(cut)} ended without its error summary",
+                         "the worker under the tool did not exit by itself (a hang, or a "
+                         "crash of the tool); read the reports in the details, and run "
+                         "again",
+                         details="\n\n".join(findings[t]["report"] for t in cut))
     return {f"{tool}_errors": 0 for tool in findings}

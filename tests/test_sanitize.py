@@ -1,0 +1,69 @@
+"""Reading compute-sanitizer's logs: a log cut short must not read as clean."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from krung.candidate import Candidate
+from krung.sanitize import parse_report
+from tests.conftest import GOOD, write
+
+# memcheck's log of a Triton kernel reading past its input's end, as the H200 wrote it when
+# the worker was killed before the tool could write its summary (shortened backtrace).
+CUT_SHORT = """\
+========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 2 bytes
+=========     at _past_the_end+0x110 in oob.py:9
+=========     by thread (2,0,0) in block (16,0,0)
+=========     Access to 0x7f1b92802008 is out of bounds
+=========     and is 3 bytes after the nearest allocation at 0x7f1b92800000 of size 8,198 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: launch [0x1da3] in __triton_launcher.cpython-312-x86_64-linux-gnu.so
+========= Invalid __global__ read of size 2 bytes
+=========     at _past_the_end+0x110 in oob.py:9
+=========     by thread (3,0,0) in block (16,0,0)
+"""
+
+
+def test_a_log_cut_short_counts_the_errors_it_lists_and_says_it_is_incomplete():
+    found = parse_report(CUT_SHORT)
+    assert found["errors"] == 2
+    assert found["first"] == "Invalid __global__ read of size 2 bytes"
+    assert not found["complete"]
+
+
+def test_the_summary_gives_the_count_of_a_complete_log():
+    found = parse_report(CUT_SHORT + "=========\n========= ERROR SUMMARY: 37 errors\n")
+    assert (found["errors"], found["complete"]) == (37, True)
+    clean = parse_report("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+    assert (clean["errors"], clean["first"], clean["complete"]) == (0, "", True)
+    race = parse_report("========= COMPUTE-SANITIZER\n"
+                        "========= Error: Race reported between Write access at k+0x80\n"
+                        "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
+    assert (race["errors"], race["complete"]) == (1, True)
+    assert race["first"].startswith("Error: Race reported")
+
+
+def test_a_log_with_nothing_in_it_is_incomplete_not_clean():
+    assert parse_report("") == {"errors": 0, "first": "", "complete": False, "report": ""}
+    assert not parse_report("========= COMPUTE-SANITIZER\n")["complete"]
+
+
+def _under_a_tool_that_reports_at_exit(tmp_path: Path, report: Path) -> Candidate:
+    """A worker under a stand-in for compute-sanitizer: a shell that runs it, then writes."""
+    tool = ["sh", "-c", f'"$@"; echo "ERROR SUMMARY: 0 errors" > {shlex.quote(str(report))}',
+            "tool"]
+    candidate = Candidate("cpu", tmp_path, write(tmp_path / "good.py", GOOD), prefix=tool)
+    candidate.start()
+    candidate.hello(60)
+    return candidate
+
+
+def test_finish_lets_the_tool_a_worker_runs_under_write_its_report(tmp_path):
+    finished = tmp_path / "finished.txt"
+    assert _under_a_tool_that_reports_at_exit(tmp_path, finished).finish(60) == 0
+    assert parse_report(finished.read_text())["complete"]
+    killed = tmp_path / "killed.txt"
+    _under_a_tool_that_reports_at_exit(tmp_path, killed).close()
+    assert not killed.exists()  # why the sanitizer's workers are finished, not closed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ def one_turn(problem: str, solution: Path, device: str, store: Path) -> dict[str
     row["(worker start)"] = compile_figures.get("worker_start_s") or 0.0
     row["(first call)"] = compile_figures.get("first_call_s") or 0.0
     row["_device"] = run.device  # type: ignore[assignment]
+    print(f"  one turn: {total:.1f} s", file=sys.stderr, flush=True)  # progress: turns are long
     return row
 
 

@@ -6,7 +6,8 @@
 #   scripts/gpu_check.sh dsls      every DSL's example; CuTeDSL/TileLang need their wheels
 #                                  installed first (scripts/install_dsl_wheels.sh, then
 #                                  PYTHONPATH=<its target>)
-#   scripts/gpu_check.sh bench     profiler start, timing accuracy (with ncu), loop latency
+#   scripts/gpu_check.sh bench     idle gap, profiler start, timing accuracy (with ncu),
+#                                  loop latency
 # Logs go to $OUT (default /tmp/krung-gpu); run from the repository's root.
 set -uo pipefail
 OUT=${OUT:-/tmp/krung-gpu}
@@ -24,7 +25,8 @@ case "$part" in
              | tee "$OUT/inspect.log" ;;
   dsls) gpu_tests tests/test_gpu_dsls.py 2>&1 | tee "$OUT/dsls.log" ;;
   bench)
-    { python3 benchmarks/profiler_start.py
+    { python3 benchmarks/idle_gap.py
+      python3 benchmarks/profiler_start.py
       python3 benchmarks/timing_accuracy.py --ncu
       python3 benchmarks/loop_latency.py --device cuda --warm 3; } 2>&1 | tee "$OUT/bench.log" ;;
   *) echo "unknown part $part: ladder, formats, inspect, dsls or bench" >&2; exit 2 ;;

@@ -5,12 +5,17 @@ compare them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 import krung
+from krung.artifacts.inspect import inspect
 from tests.conftest import PROBLEMS
 
 pytest.importorskip("triton")
@@ -302,3 +307,44 @@ def test_an_error_row_shows_its_message_after_the_figures_columns(krung, version
     header = next(line for line in lines if "registers" in line and "highlights" in line)
     row = next(line for line in lines if "error:" in line)
     assert row.index("error:") >= header.index("highlights"), listed.stdout
+
+
+TILELANG_DUMP = '''
+import json, sys
+from pathlib import Path
+import tilelang
+import tilelang.language as T
+
+@T.prim_func
+def scale(X: T.Tensor((4096,), "float32"), Y: T.Tensor((4096,), "float32")):
+    with T.Kernel(16, threads=128) as bx:
+        for i in T.Parallel(256):
+            Y[bx * 256 + i] = X[bx * 256 + i] * 2.0 + 1.0
+
+kernel = tilelang.compile(scale, out_idx=[-1], target={"kind": "cuda", "arch": "sm_90a"})
+from krung.artifacts import tilelang_kernels
+print(json.dumps(tilelang_kernels.dump(Path(sys.argv[1]))))
+'''
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or importlib.util.find_spec("tilelang") is None,
+                    reason="needs TileLang and nvcc (TileLang compiles for sm_90a without a GPU)")
+def test_tilelang_kernels_give_their_cuda_source_ptx_and_cubin(tmp_path):
+    """What the worker does on a GPU after a TileLang version ran, here in a process that
+    compiled a TileLang kernel for sm_90a; then the judge's inspection of those files."""
+    script = tmp_path / "compile_scale.py"  # TileLang reads its functions' source
+    script.write_text(TILELANG_DUMP)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TILELANG_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    [record] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record["kernel"] == "scale_kernel" and record["dsl"] == "tilelang"
+    assert record["specialisation"].startswith("sm_90a-") and "error" not in record
+    folder = tmp_path / "scale_kernel"
+    assert "__global__" in (folder / record["files"]["cu"]).read_text()
+    assert ".entry scale_kernel" in (folder / record["files"]["ptx"]).read_text()
+    [row] = inspect(record, tmp_path)
+    assert row["function"] == "scale_kernel" and row["registers"] > 0
+    assert row["threads_per_block"] == 128 and not row["spills"]
+    assert "FFMA" in (folder / record["files"]["sass"]).read_text()  # inspect added it

@@ -60,8 +60,13 @@ def test_each_dsl_example_passes_the_whole_ladder(store, name, modules):
     kernels = run.rung("artifacts").figures.get("kernels")
     print(f"artifacts: {kernels} kernel(s)")
     if name in ("cuda_inline.py", "cuda_file.py", "cupy_raw.py", "cutedsl.py",
-                "triton_autotuned.py"):
+                "tilelang_jit.py", "triton_autotuned.py"):
         assert kernels >= 1  # CuTeDSL's: the PTX and CUBIN it kept as it ran
+    if name == "tilelang_jit.py":  # its CUDA source, and what that compiles to
+        figures = run.rung("artifacts").figures
+        assert "TileLang" in figures["source"]
+        assert all({"cu", "ptx", "cubin", "sass"} <= set(r["files"]) and r["registers"] > 0
+                   for r in figures["per_kernel"]), figures["per_kernel"]
 
 
 def test_cuda_inline_builds_once_in_the_store_cache(store):

@@ -186,15 +186,21 @@ class Worker:
 
     def op_kernels(self, request: dict[str, Any]) -> dict[str, Any]:
         """The Triton kernels the version launched so far: under the interpreter, how each
-        launch was specialised; on a GPU, what each compiled to, written to `out_dir`."""
+        launch was specialised; on a GPU, what each compiled to, written to `out_dir`. On a
+        GPU also TileLang's kernels, their CUDA source and what it compiles to."""
         from krung.artifacts import launches
 
+        out_dir = Path(request["out_dir"]) if request.get("out_dir") else None
+        compiled = []
+        if out_dir is not None and "tilelang" in sys.modules:
+            from krung.artifacts import tilelang_kernels
+
+            compiled += tilelang_kernels.dump(out_dir)
         log = launches.current()
         if log is None:
-            return {"ok": True, "launches": [], "compiled": []}
-        compiled = []
-        if request.get("out_dir") and log.compiled:
-            compiled = launches.dump_compiled(log, Path(request["out_dir"]))
+            return {"ok": True, "launches": [], "compiled": compiled}
+        if out_dir is not None and log.compiled:
+            compiled += launches.dump_compiled(log, out_dir)
         return {"ok": True, "launches": list(log.described.values()), "compiled": compiled,
                 "autotune": list(log.autotune.values())}
 

@@ -10,7 +10,9 @@ stages its DSL produces into the run's folder, `artifacts/<kernel>/<specialisati
 - CUDA C++ (torch's load_inline/load, CuPy's RawKernel, a `.cu` beside the version): the
   build process catches the sources, the judge compiles them with nvcc (for the GPU's own
   arch, as torch builds them, or the arch the version's flags name);
-- CuTeDSL: the PTX and CUBIN its compiler kept as the version ran (krung.artifacts.dumped).
+- CuTeDSL: the PTX and CUBIN its compiler kept as the version ran (krung.artifacts.dumped);
+- TileLang: the CUDA source of every kernel it compiled, with PTX and CUBIN built from it by
+  TileLang's own nvcc helper in the worker (krung.artifacts.tilelang_kernels).
 Then SASS and the resource reports, and per function the figures (krung.artifacts.inspect).
 A kernel that runs under the interpreter but does not compile for the GPU fails the rung.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from krung import build_cache
-from krung.artifacts import DEFAULT_ARCH, Target, dumped
+from krung.artifacts import DEFAULT_ARCH, Target, dumped, tilelang_kernels
 from krung.artifacts.inspect import inspect
 from krung.channel import ChannelClosed, spawn
 from krung.errors import RungFailed
@@ -74,6 +76,8 @@ def run(ctx: Context) -> dict[str, Any]:
         row["files"] = {k: f"{FOLDER}/{row['kernel']}/{v}"
                         for k, v in _files_of(records, row).items()}
     figures = _summary(rows, target, ctx.device, recompiled=dsl in ("cuda", "cupy"))
+    if any(r.get("dsl") == "tilelang" for r in records):
+        figures["source"] = f"kernels the GPU ran ({tilelang_kernels.SOURCE_NOTE})"
     if reply.get("autotune"):  # the configs @triton.autotune chose: their kernels are above
         figures["autotune"] = reply["autotune"]
     broken = [r for r in rows if r.get("error") and r.get("error_kind", "compile") == "compile"]

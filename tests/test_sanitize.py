@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from krung.candidate import Candidate
-from krung.sanitize import parse_report
+from krung.sanitize import ERROR_EXIT, parse_report, with_exit_code
 from tests.conftest import GOOD, write
 
 # memcheck's log of a Triton kernel reading past its input's end, as the H200 wrote it when
@@ -48,6 +48,18 @@ def test_the_summary_gives_the_count_of_a_complete_log():
 def test_a_log_with_nothing_in_it_is_incomplete_not_clean():
     assert parse_report("") == {"errors": 0, "first": "", "complete": False, "report": ""}
     assert not parse_report("========= COMPUTE-SANITIZER\n")["complete"]
+
+
+def test_the_tools_exit_status_overrules_its_log():
+    clean = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+    assert with_exit_code(parse_report(clean), 0)["complete"]
+    # errors by its status, whatever the log says (a summary the version wrote, say)
+    flagged = with_exit_code(parse_report(clean), ERROR_EXIT)
+    assert (flagged["errors"], flagged["complete"]) == (1, True)
+    # a tool that did not end by itself: killed (None), or by a signal the version sent it
+    assert not with_exit_code(parse_report(clean), None)["complete"]
+    assert not with_exit_code(parse_report(clean), -9)["complete"]
+    assert with_exit_code(parse_report(CUT_SHORT), ERROR_EXIT)["errors"] == 2
 
 
 def _under_a_tool_that_reports_at_exit(tmp_path: Path, report: Path) -> Candidate:

@@ -24,6 +24,7 @@ _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazard", re.IGNORECASE)
 _RECORD = re.compile(r"^=========\s+(Invalid|Uninitialized|Program hit|Barrier|"
                      r"(Error|Warning): (Race|Potential))", re.IGNORECASE)
 EXIT_TIMEOUT_S = 60  # for the worker to exit and the tool to write its summary
+ERROR_EXIT = 86  # the tool's exit status when it found errors (--error-exitcode)
 PADDING_BYTES = 4096  # after every allocation under memcheck; cudaMalloc packs them back to back
 
 
@@ -36,7 +37,8 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
     findings = {}
     for tool in TOOLS:
         log = ctx.run_dir / f"sanitizer-{tool}.txt"
-        prefix = [executable, "--tool", tool, "--log-file", str(log), "--print-limit", "20"]
+        prefix = [executable, "--tool", tool, "--log-file", str(log), "--print-limit", "20",
+                  "--error-exitcode", str(ERROR_EXIT)]
         if tool == "racecheck":
             prefix += ["--racecheck-report", "hazard"]
         if tool == "memcheck":  # red zones, or a read just past a tensor lands in the next one
@@ -57,12 +59,24 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
                 candidate.request({"op": "call", "inputs": cpu}, timeout,
                                   f"one call under {tool}")
             # The tool writes its error summary as the worker exits: let it exit.
-            candidate.finish(EXIT_TIMEOUT_S)
+            code = candidate.finish(EXIT_TIMEOUT_S)
         finally:
             candidate.close()
         report = log.read_text(errors="replace") if log.exists() else ""
-        findings[tool] = parse_report(report)
+        findings[tool] = with_exit_code(parse_report(report), code)
     return findings
+
+
+def with_exit_code(found: dict[str, Any], code: int | None) -> dict[str, Any]:
+    """The tool's exit status settles what its log claims: ERROR_EXIT means errors whatever
+    the log says, and a log is complete only from a tool that ended by itself (a version
+    that killed its tool, or wrote a summary of its own into the log, gains nothing)."""
+    if code == ERROR_EXIT:
+        found["errors"] = max(found["errors"], 1)
+    elif code != 0:
+        found["complete"] = False
+    found["exit_code"] = code
+    return found
 
 
 def parse_report(report: str) -> dict[str, Any]:

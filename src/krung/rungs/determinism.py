@@ -64,7 +64,7 @@ def _sanitize(ctx: Context, case: dict) -> dict[str, Any]:
         tool, first = next(iter(errors.items()))
         raise RungFailed("SanitizerError",
                          f"compute-sanitizer {tool} reports {first['errors']} error(s): "
-                         f"{first['first']}",
+                         f"{first['first'] or 'its exit status says so; see the report'}",
                          "read the report in the details; memcheck finds out-of-bounds "
                          "accesses, racecheck shared-memory races, initcheck reads of "
                          "uninitialised device memory",
@@ -73,9 +73,14 @@ def _sanitize(ctx: Context, case: dict) -> dict[str, Any]:
     cut = [tool for tool, f in findings.items() if not f["complete"]]
     if cut:  # no summary: the tool stopped early, so "no errors listed" proves nothing
         raise RungFailed("SanitizerIncomplete",
-                         f"compute-sanitizer {', '.join(cut)} ended without its error summary",
-                         "the worker under the tool did not exit by itself (a hang, or a "
-                         "crash of the tool); read the reports in the details, and run "
-                         "again",
+                         f"compute-sanitizer {', '.join(cut)} ended without its error summary "
+                         f"({_ending(findings[cut[0]].get('exit_code'))})",
+                         "the worker under the tool did not exit by itself (a hang, a crash "
+                         "of the tool, or the version ended it); read the reports in the "
+                         "details, and run again",
                          details="\n\n".join(findings[t]["report"] for t in cut))
     return {f"{tool}_errors": 0 for tool in findings}
+
+
+def _ending(code: int | None) -> str:
+    return "killed: it did not exit by itself" if code is None else f"exit status {code}"

@@ -134,7 +134,7 @@ def main() -> None:
         names = kernel_names(fn)
         for arrangement, run in arrangements(flush).items():
             per_call, probes = measure(fn, run, args.calls, names)
-            deciles = statistics.quantiles(per_call, n=10)
+            deciles = statistics.quantiles(per_call, n=10) if len(per_call) > 1 else per_call
             clock = f"{statistics.median(probes):.0f}" if probes else "-"
             state = clock_state() or {}
             nvml = f"{state.get('sm_mhz', '-')} {','.join(state.get('reasons', []))}"

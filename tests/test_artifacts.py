@@ -321,9 +321,10 @@ def scale(X: T.Tensor((4096,), "float32"), Y: T.Tensor((4096,), "float32")):
         for i in T.Parallel(256):
             Y[bx * 256 + i] = X[bx * 256 + i] * 2.0 + 1.0
 
-kernel = tilelang.compile(scale, out_idx=[-1], target={"kind": "cuda", "arch": "sm_90a"})
+kernels = [tilelang.compile(scale, out_idx=[-1], target={"kind": "cuda", "arch": arch})
+           for arch in ("sm_90a", "sm_80")]
 from krung.artifacts import tilelang_kernels
-print(json.dumps(tilelang_kernels.dump(Path(sys.argv[1]))))
+print(json.dumps(tilelang_kernels.dump(Path(sys.argv[1]), kernels)))  # a GPU would call them
 '''
 
 
@@ -338,13 +339,18 @@ def test_tilelang_kernels_give_their_cuda_source_ptx_and_cubin(tmp_path):
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TILELANG_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
-    [record] = json.loads(done.stdout.strip().splitlines()[-1])
+    hopper, ampere = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ampere["specialisation"].startswith("sm_80-") and ampere["target"] == "cuda:80"
+    assert ".target sm_80" in (tmp_path / "scale_kernel" / ampere["files"]["ptx"]).read_text()
+    record = hopper
     assert record["kernel"] == "scale_kernel" and record["dsl"] == "tilelang"
     assert record["specialisation"].startswith("sm_90a-") and "error" not in record
+    assert record["target"] == "cuda:90"
     folder = tmp_path / "scale_kernel"
     assert "__global__" in (folder / record["files"]["cu"]).read_text()
     assert ".entry scale_kernel" in (folder / record["files"]["ptx"]).read_text()
     [row] = inspect(record, tmp_path)
     assert row["function"] == "scale_kernel" and row["registers"] > 0
     assert row["threads_per_block"] == 128 and not row["spills"]
+    assert any("dynamic shared memory" in note for note in row["notes"])
     assert "FFMA" in (folder / record["files"]["sass"]).read_text()  # inspect added it

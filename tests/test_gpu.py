@@ -200,3 +200,30 @@ def test_sanitize_reports_an_out_of_bounds_store(krung, scale_problem, version):
     assert rungs["correctness"]["status"] == "ok"  # what it reads past the end is not stored
     assert rungs["determinism"]["error_type"] == "SanitizerError"
     assert "memcheck" in rungs["determinism"]["error"]
+
+
+IN_BOUNDS = OUT_OF_BOUNDS.replace("mask=offs < n + 8, other=0.0)  # reads 8 elements past the end",
+                                  "mask=offs < n, other=0.0)")
+
+# Raises only where the sanitizer's workers run (they switch torch's caching allocator off).
+RAISES_UNDER_THE_TOOL = IN_BOUNDS.replace("def kernel(x):\n", """def kernel(x):
+    import os
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1":
+        raise RuntimeError("refusing to run under a sanitizer")
+""")
+
+
+@pytest.mark.parametrize("name, source, error_type", [
+    ("clean", IN_BOUNDS, None),
+    ("shy", RAISES_UNDER_THE_TOOL, "SanitizerRunFailed"),
+])
+def test_sanitize_passes_a_clean_version_and_fails_one_that_does_not_run_under_it(
+        krung, scale_problem, version, name, source, error_type):
+    result = krung("run", scale_problem, version(name, source), "--device", "cuda", "--json",
+                   "--rungs", "correctness,determinism", env={"KRUNG_SANITIZE": "1"},
+                   timeout=600)
+    determinism = {r["name"]: r for r in result.json()["rungs"]}["determinism"]
+    print(name, determinism["status"], determinism["error"], determinism["figures"])
+    assert determinism["error_type"] == error_type
+    if error_type is None:
+        assert determinism["figures"]["memcheck_errors"] == 0

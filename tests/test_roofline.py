@@ -292,5 +292,6 @@ def test_the_power_cap_alone_is_no_clock_warning():
     assert clock_warning(_clock(1980, []), _clock(1605, [], power_capped=True)) is None
     assert "hw_thermal" in clock_warning(None, _clock(1605, ["hw_thermal"], power_capped=True))
     assert "below 90%" in clock_warning(None, _clock(1200, []))
+    assert "below 70%" in clock_warning(None, _clock(900, [], power_capped=True))
     assert "before the measurement" in clock_warning(_clock(1980, ["sw_thermal"]),
                                                      _clock(1980, []))

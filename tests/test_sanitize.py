@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 from krung.candidate import Candidate
-from krung.sanitize import ERROR_EXIT, parse_report, with_exit_code
+from krung.sanitize import ERROR_EXIT, parse_report, read_log, with_exit_code
 from tests.conftest import GOOD, write
 
 # memcheck's log of a Triton kernel reading past its input's end, as the H200 wrote it when
@@ -45,8 +46,19 @@ def test_the_summary_gives_the_count_of_a_complete_log():
     assert race["first"].startswith("Error: Race reported")
 
 
+def test_racechecks_warnings_are_counted_apart_and_do_not_fail():
+    # Warnings: hazards racecheck deems benign (warp-synchronous code).
+    benign = parse_report("========= COMPUTE-SANITIZER\n"
+                          "========= Warning: Race reported between Read access at k+0x40\n"
+                          "========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 "
+                          "warnings)\n")
+    assert (benign["errors"], benign["warnings"], benign["complete"]) == (0, 2, True)
+    assert with_exit_code(benign, ERROR_EXIT)["errors"] == 0
+
+
 def test_a_log_with_nothing_in_it_is_incomplete_not_clean():
-    assert parse_report("") == {"errors": 0, "first": "", "complete": False, "report": ""}
+    assert parse_report("") == {"errors": 0, "first": "", "complete": False, "warnings": 0,
+                                "report": ""}
     assert not parse_report("========= COMPUTE-SANITIZER\n")["complete"]
 
 
@@ -60,6 +72,20 @@ def test_the_tools_exit_status_overrules_its_log():
     assert not with_exit_code(parse_report(clean), None)["complete"]
     assert not with_exit_code(parse_report(clean), -9)["complete"]
     assert with_exit_code(parse_report(CUT_SHORT), ERROR_EXIT)["errors"] == 2
+
+
+def test_the_log_is_read_only_as_a_plain_file(tmp_path):
+    log = tmp_path / "sanitizer-memcheck.txt"
+    log.write_text(CUT_SHORT)
+    assert read_log(log) == CUT_SHORT
+    assert read_log(log, limit=30) == CUT_SHORT[:30]
+    link = tmp_path / "link.txt"  # a version could put a link to /dev/zero there
+    link.symlink_to("/dev/zero")
+    assert read_log(link) == ""
+    fifo = tmp_path / "fifo.txt"  # or a FIFO nobody writes: reading must not block
+    os.mkfifo(fifo)
+    assert read_log(fifo) == ""
+    assert read_log(tmp_path / "missing.txt") == ""
 
 
 def _under_a_tool_that_reports_at_exit(tmp_path: Path, report: Path) -> Candidate:

@@ -236,7 +236,7 @@ def likely_limiter(point: Point, bench_row: dict[str, Any] | None = None,
         reasons.append(_position_reason(point))
     if row.get("clock_warning"):
         reasons.append(f"{row['clock_warning']}: part of the gap may be the clock's")
-    if row.get("power_capped"):
+    if row.get("power_capped") and point.bound == "compute":
         reasons.append("the GPU was at its power limit (sw_power_cap): sustained heavy math "
                        "runs at a lower clock than the short-run peak, so part of the gap is "
                        "power")

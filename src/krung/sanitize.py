@@ -7,8 +7,11 @@ error count and the first error. Slow (each tool replays every access), so only 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
+from pathlib import Path
 from typing import Any
 
 from krung import tree
@@ -19,12 +22,16 @@ from krung.ladder import Context, poison_leaves
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
-_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazard", re.IGNORECASE)
+# "RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)": warnings are the hazards
+# racecheck deems benign (warp-synchronous code, say); they are counted apart, not failed on.
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed"
+                           r"(?: \((\d+) errors?, (\d+) warnings?\))?", re.IGNORECASE)
 # The first line of each error record: "========= Invalid __global__ read of size 2 bytes".
 _RECORD = re.compile(r"^=========\s+(Invalid|Uninitialized|Program hit|Barrier|"
-                     r"(Error|Warning): (Race|Potential))", re.IGNORECASE)
+                     r"Error: (Race|Potential))", re.IGNORECASE)
 EXIT_TIMEOUT_S = 60  # for the worker to exit and the tool to write its summary
 ERROR_EXIT = 86  # the tool's exit status when it found errors (--error-exitcode)
+LOG_LIMIT_BYTES = 16 << 20
 PADDING_BYTES = 4096  # after every allocation under memcheck; cudaMalloc packs them back to back
 
 
@@ -37,8 +44,10 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
     findings = {}
     for tool in TOOLS:
         log = ctx.run_dir / f"sanitizer-{tool}.txt"
+        # API errors are not the device code's (libraries probe the driver and get errors
+        # they expect): left out of the count, as the version sees them as exceptions anyway.
         prefix = [executable, "--tool", tool, "--log-file", str(log), "--print-limit", "20",
-                  "--error-exitcode", str(ERROR_EXIT)]
+                  "--error-exitcode", str(ERROR_EXIT), "--report-api-errors", "no"]
         if tool == "racecheck":
             prefix += ["--racecheck-report", "hazard"]
         if tool == "memcheck":  # red zones, or a read just past a tensor lands in the next one
@@ -56,22 +65,39 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
                 inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
                 inputs = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
                 cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))
-                candidate.request({"op": "call", "inputs": cpu}, timeout,
-                                  f"one call under {tool}")
+                reply = candidate.request({"op": "call", "inputs": cpu}, timeout,
+                                          f"one call under {tool}")
             # The tool writes its error summary as the worker exits: let it exit.
             code = candidate.finish(EXIT_TIMEOUT_S)
         finally:
             candidate.close()
-        report = log.read_text(errors="replace") if log.exists() else ""
-        findings[tool] = with_exit_code(parse_report(report), code)
+        findings[tool] = with_exit_code(parse_report(read_log(log)), code)
+        # Whether the version ran under the tool: a clean log of a version that raised (or
+        # did not load) checked nothing. The rung looks at it after the errors, which
+        # explain a call that failed on an illegal access.
+        findings[tool]["ran"] = {"ok": bool(reply.get("ok")), "error": reply.get("error")}
     return findings
+
+
+def read_log(path: Path, limit: int = LOG_LIMIT_BYTES) -> str:
+    """The tool's log, read without trusting what sits at its path: the version runs in the
+    same folder and could put a FIFO or a link to /dev/zero there. Not a plain file: ''."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return ""
+        return f.read(limit).decode(errors="replace")
 
 
 def with_exit_code(found: dict[str, Any], code: int | None) -> dict[str, Any]:
     """The tool's exit status settles what its log claims: ERROR_EXIT means errors whatever
     the log says, and a log is complete only from a tool that ended by itself (a version
     that killed its tool, or wrote a summary of its own into the log, gains nothing)."""
-    if code == ERROR_EXIT:
+    benign = found["complete"] and found["errors"] == 0 and found.get("warnings")
+    if code == ERROR_EXIT and not benign:  # (racecheck's warnings may set the status too)
         found["errors"] = max(found["errors"], 1)
     elif code != 0:
         found["complete"] = False
@@ -82,9 +108,12 @@ def with_exit_code(found: dict[str, Any], code: int | None) -> dict[str, Any]:
 def parse_report(report: str) -> dict[str, Any]:
     """The error count of a compute-sanitizer log, its first error, and whether the log is
     complete (ends in the tool's summary). A log cut short still counts the errors it lists."""
-    counts = [int(m) for m in _SUMMARY.findall(report) + _RACE_SUMMARY.findall(report)]
+    counts = [int(m) for m in _SUMMARY.findall(report)]
+    warnings = 0
+    for hazards, errors, warned in _RACE_SUMMARY.findall(report):
+        counts.append(int(errors or hazards))
+        warnings += int(warned or 0)
     records = [line.strip("= ").strip() for line in report.splitlines()
                if _RECORD.match(line)]
-    return {"errors": max(counts) if counts else len(records),
-            "first": records[0] if records else "",
-            "complete": bool(counts), "report": report[-8000:]}
+    return {"errors": max([*counts, len(records)]), "first": records[0] if records else "",
+            "complete": bool(counts), "warnings": warnings, "report": report[-8000:]}

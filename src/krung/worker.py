@@ -96,6 +96,10 @@ class Worker:
             from krung.artifacts.launches import install
 
             install()
+        if "tilelang" in sys.modules:  # and every TileLang kernel called
+            from krung.artifacts import tilelang_kernels
+
+            tilelang_kernels.install()
         try:
             self.kernel = resolve(module, entry, self.device)
         except EntryError as exc:

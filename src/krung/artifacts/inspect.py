@@ -82,9 +82,10 @@ def inspect(record: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
             row["sass"] = found
             row["highlights"] = sass.highlights(found)
         rows.append(row)
-    if notes:
+    said = [*record.get("notes", []), *notes]  # the backend's notes, then the tools'
+    if said:
         for row in rows or [base]:
-            row["notes"] = notes
+            row["notes"] = said
     (folder / f"{stem}.figures.json").write_text(json.dumps(rows, indent=1, default=str))
     return rows or [{**base, "error": "; ".join(notes) or "no function found in the cubin"}]
 

@@ -70,6 +70,17 @@ def _sanitize(ctx: Context, case: dict) -> dict[str, Any]:
                          "uninitialised device memory",
                          details="\n\n".join(f["report"] for f in errors.values()),
                          figures={t: f["errors"] for t, f in findings.items()})
+    failed = [tool for tool, f in findings.items() if not f["ran"]["ok"]]
+    if failed:  # it raised (or did not load) under the tool: the tool checked nothing
+        error = findings[failed[0]]["ran"]["error"] or {}
+        raise RungFailed("SanitizerRunFailed",
+                         f"the version failed under compute-sanitizer {failed[0]}: "
+                         f"{error.get('type', 'error')}: {error.get('message', '')}".strip(),
+                         "it runs without the tool: make it run with it too (under the "
+                         "sanitizers each tensor is its own allocation, with red zones, and "
+                         "work is slower); the worker's log is in the run's folder",
+                         location=error.get("location"),
+                         details=error.get("details"))
     cut = [tool for tool, f in findings.items() if not f["complete"]]
     if cut:  # no summary: the tool stopped early, so "no errors listed" proves nothing
         raise RungFailed("SanitizerIncomplete",

@@ -7,7 +7,9 @@ Needs a CUDA GPU. For each workload it prints:
 - do_bench and do_bench_cudagraph (Triton, median), a KernelBench-style event loop with an L2
   flush, and ncu's gpu__time_duration (with --ncu);
 each with its error against the truth; then krung's spread over 5 fresh processes (CV of their
-medians) and its wall time per measurement.
+medians) and its wall time per measurement. For the workloads under 10 µs, each process's
+median and the commonest sample values: whether the spread across processes is the median
+flipping between steps of the timer.
 
     python benchmarks/timing_accuracy.py [--ncu] [--processes 5]
 """
@@ -23,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -116,15 +119,22 @@ def events_loop_us(fn: Callable[[], object], flush: torch.Tensor, iters: int = 1
     return statistics.median(times)
 
 
-def krung_us(fn: Callable[[], object]) -> tuple[float, float, str]:
+def krung_us(fn: Callable[[], object]) -> tuple[float, float, str, list[float]]:
     samples = measure(lambda i: fn(), 1, "cuda", PLAN)
-    return statistics.median(samples.device_us), samples.wall_s, samples.mode
+    return statistics.median(samples.device_us), samples.wall_s, samples.mode, samples.device_us
 
 
 def one_process(names: list[str]) -> dict[str, list[float]]:
     """krung's figure and wall time per workload, in this (fresh) process."""
     builders = workloads()
     return {name: list(krung_us(builders[name]())[:2]) for name in names}
+
+
+def commonest(samples: list[float], top: int = 4) -> str:
+    """The most frequent sample values and their shares: whether CUPTI's durations come in
+    steps (a median that flips between two steps spreads across processes)."""
+    counts = Counter(round(s * 1e3) for s in samples)
+    return ", ".join(f"{ns} ns {100 * n / len(samples):.0f}%" for ns, n in counts.most_common(top))
 
 
 def ncu_us(names: list[str]) -> dict[str, float]:
@@ -193,14 +203,14 @@ def main() -> None:
     table = {}
     for name, build in workloads().items():
         fn = build()
-        krung_median, wall, mode = krung_us(fn)
+        krung_median, wall, mode, samples = krung_us(fn)
         table[name] = {
             "truth": truth_us(fn, flush),
             "krung": krung_median,
             "do_bench": triton.testing.do_bench(fn, return_mode="median") * 1e3,
             "cudagraph": triton.testing.do_bench_cudagraph(fn, return_mode="median") * 1e3,
             "events": events_loop_us(fn, flush),
-            "wall_s": wall, "mode": mode,
+            "wall_s": wall, "mode": mode, "samples": samples,
         }
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     medians: dict[str, list[float]] = {name: [] for name in names}
@@ -228,6 +238,11 @@ def main() -> None:
         cv = statistics.pstdev(spread) / statistics.fmean(spread) if len(spread) > 1 else 0.0
         print(f"{name:<26} {row['truth']:>9.2f} " + " ".join(cells) +
               f" {100 * cv:>14.2f}% {row['wall_s']:>7.2f} {row['mode']}", flush=True)
+    print(f"\n{'workload':<26} {'krung medians per process, us':<40} commonest samples")
+    for name, row in table.items():
+        if row["truth"] < 10:  # where a step of the timer is a large share of the time
+            spread = " ".join(f"{m:.3f}" for m in medians[name])
+            print(f"{name:<26} {spread:<40} {commonest(row['samples'])}")
     if args.ncu:  # slow: printed after the main table, so a time limit keeps that
         print(f"\n{'workload':<26} {'truth us':>9} {'ncu gpu__time_duration':>24}")
         for name, value in ncu_us(names).items():

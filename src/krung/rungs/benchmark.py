@@ -83,6 +83,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
                        for n in range(count)])
 
     before = clock_state() if ctx.device == "cuda" else None
+    after = None
     mine: list[Samples] = []
     ref: list[Samples] = []
     reference = ctx.problem.reference
@@ -98,10 +99,11 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)
         check_conduct(reply, what, set())
         mine.append(Samples(**reply["samples"]))
+        if round_index == len(rounds) - 1 and ctx.device == "cuda":
+            after = clock_state()  # right after the version's last round, not the reference's
         tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
         ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
         _check_timed_outputs(ctx, reply, sets, expected, f"{label}, round {round_index + 1}")
-    after = clock_state() if ctx.device == "cuda" else None
 
     device_us = [t for s in mine for t in s.device_us]
     host_us = [t for s in mine for t in s.host_us]

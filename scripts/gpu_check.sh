@@ -3,9 +3,8 @@
 #   scripts/gpu_check.sh ladder    the `gpu` tests of the ladder and the built-in problems
 #   scripts/gpu_check.sh formats   KernelBench, GPU MODE, red team, executors on one GPU
 #   scripts/gpu_check.sh inspect   artifacts, profile, trace, calibration, roofline
-#   scripts/gpu_check.sh dsls      every DSL's example; CuTeDSL/TileLang need their wheels
-#                                  installed first (scripts/install_dsl_wheels.sh, then
-#                                  PYTHONPATH=<its target>)
+#   scripts/gpu_check.sh dsls      every DSL's example; CuTeDSL/TileLang from the wheels
+#                                  carried into .whl (installed into .whl/site on first use)
 #   scripts/gpu_check.sh bench     idle gap, profiler start, timing accuracy (with ncu),
 #                                  loop latency
 # Logs go to $OUT (default /tmp/krung-gpu); run from the repository's root.
@@ -23,7 +22,13 @@ case "$part" in
              tests/test_scale.py 2>&1 | tee "$OUT/formats.log" ;;
   inspect) gpu_tests tests/test_gpu_profile_trace.py tests/test_gpu_roofline.py 2>&1 \
              | tee "$OUT/inspect.log" ;;
-  dsls) gpu_tests tests/test_gpu_dsls.py 2>&1 | tee "$OUT/dsls.log" ;;
+  dsls)
+    # Wheels carried into .whl (scripts/stage_dsl_wheels.sh): install them once, beside it.
+    if [ -d .whl ] && [ ! -d .whl/site ] && find .whl -name '*.whl*' | grep -q .; then
+      scripts/install_dsl_wheels.sh .whl .whl/site 2>&1 | tail -5 | tee "$OUT/wheels.log"
+    fi
+    if [ -d .whl/site ]; then export PYTHONPATH="$PWD/.whl/site:$PYTHONPATH"; fi
+    gpu_tests tests/test_gpu_dsls.py 2>&1 | tee "$OUT/dsls.log" ;;
   bench)
     { python3 benchmarks/idle_gap.py
       python3 benchmarks/profiler_start.py

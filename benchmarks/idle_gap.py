@@ -35,60 +35,31 @@ def workloads() -> dict[str, Callable[[], object]]:
             "add 2^22 fp32": lambda: torch.add(x, y)}
 
 
-def arrangements(flush: torch.Tensor) -> dict[str, Callable[[Callable[[], object], int], None]]:
-    """name -> run(fn, calls): each issues `calls` calls of fn in one arrangement."""
-    sync, spin = torch.cuda.synchronize, torch.cuda._sleep
+# Each arrangement is the steps of one call: flush (L2), mark (a 1-cycle spin, as krung's
+# loop has between calls), sync, probe (a clock probe), queue (a long spin to launch behind),
+# call (the workload).
+ARRANGEMENTS = {
+    "isolated (truth)": ("flush", "mark", "sync", "call", "sync"),  # timing_accuracy's truth
+    "isolated, probed": ("flush", "sync", "probe", "call", "probe", "sync"),
+    # isolated, but launched while the GPU is busy: no idle before it
+    "queued behind a spin": ("flush", "sync", "queue", "probe", "call", "probe", "sync"),
+    "back to back (krung)": ("flush", "mark", "call"),  # krung's loop
+    "back to back, probed": ("flush", "probe", "call", "probe"),
+    "back to back, warm L2": ("call",),  # no flush: L2 keeps what the last call left
+}
 
-    def isolated(fn, calls):  # timing_accuracy's truth
-        for _ in range(calls):
-            flush.zero_()
-            spin(1)
-            sync()
-            fn()
-            sync()
 
-    def isolated_probed(fn, calls):
-        for _ in range(calls):
-            flush.zero_()
-            sync()
-            spin(PROBE_CYCLES)
-            fn()
-            spin(PROBE_CYCLES)
-            sync()
-
-    def queued(fn, calls):  # isolated, but launched while the GPU is busy: no idle before it
-        for _ in range(calls):
-            flush.zero_()
-            sync()
-            spin(QUEUE_CYCLES)
-            spin(PROBE_CYCLES)
-            fn()
-            spin(PROBE_CYCLES)
-            sync()
-
-    def back_to_back(fn, calls):  # krung's loop
-        for _ in range(calls):
-            flush.zero_()
-            spin(1)
-            fn()
-        sync()
-
-    def back_to_back_probed(fn, calls):
-        for _ in range(calls):
-            flush.zero_()
-            spin(PROBE_CYCLES)
-            fn()
-            spin(PROBE_CYCLES)
-        sync()
-
-    def warm_back_to_back(fn, calls):  # no flush: L2 keeps what the last call left
-        for _ in range(calls):
-            fn()
-        sync()
-
-    return {"isolated (truth)": isolated, "isolated, probed": isolated_probed,
-            "queued behind a spin": queued, "back to back (krung)": back_to_back,
-            "back to back, probed": back_to_back_probed, "back to back, warm L2": warm_back_to_back}
+def run(steps: tuple[str, ...], fn: Callable[[], object], flush: torch.Tensor,
+        calls: int) -> None:
+    """Issue `calls` calls of fn in one arrangement, then wait for them."""
+    spin = torch.cuda._sleep
+    actions = {"flush": flush.zero_, "mark": lambda: spin(1), "sync": torch.cuda.synchronize,
+               "probe": lambda: spin(PROBE_CYCLES), "queue": lambda: spin(QUEUE_CYCLES),
+               "call": fn}
+    for _ in range(calls):
+        for step in steps:
+            actions[step]()
+    torch.cuda.synchronize()
 
 
 def kernel_names(fn: Callable[[], object]) -> set[str]:
@@ -100,15 +71,14 @@ def kernel_names(fn: Callable[[], object]) -> set[str]:
     return {e.name() for e in device_work(prof)}
 
 
-def measure(fn: Callable[[], object], run: Callable, calls: int,
+def measure(fn: Callable[[], object], steps: tuple[str, ...], flush: torch.Tensor, calls: int,
             names: set[str]) -> tuple[list[float], list[float]]:
     """fn's device time per call (us), and the SM clock (MHz) each probe saw."""
     from torch.profiler import ProfilerActivity, profile
 
-    run(fn, 3)
-    torch.cuda.synchronize()
+    run(steps, fn, flush, 3)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run(fn, calls)
+        run(steps, fn, flush, calls)
     records = device_work(prof)
     mine = [e.duration_ns() / 1e3 for e in records if e.name() in names]
     per = len(mine) // calls  # kernels per call, launched one after another
@@ -132,8 +102,8 @@ def main() -> None:
           f"{'clock MHz':>10} {'NVML after':>22}")
     for name, fn in workloads().items():
         names = kernel_names(fn)
-        for arrangement, run in arrangements(flush).items():
-            per_call, probes = measure(fn, run, args.calls, names)
+        for arrangement, steps in ARRANGEMENTS.items():
+            per_call, probes = measure(fn, steps, flush, args.calls, names)
             deciles = statistics.quantiles(per_call, n=10) if len(per_call) > 1 else per_call
             clock = f"{statistics.median(probes):.0f}" if probes else "-"
             state = clock_state() or {}

@@ -24,10 +24,10 @@ case "$part" in
              | tee "$OUT/inspect.log" ;;
   dsls)
     # Wheels carried into .whl (scripts/stage_dsl_wheels.sh): install them once, beside it.
-    if [ -d .whl ] && [ ! -d .whl/site ] && find .whl -name '*.whl*' | grep -q .; then
+    if [ -d .whl ] && [ ! -f .whl/site/pythonpath ] && find .whl -type f -name '*.whl*' | grep -q .; then
       scripts/install_dsl_wheels.sh .whl .whl/site 2>&1 | tail -5 | tee "$OUT/wheels.log"
     fi
-    if [ -d .whl/site ]; then export PYTHONPATH="$PWD/.whl/site:$PYTHONPATH"; fi
+    if [ -f .whl/site/pythonpath ]; then export PYTHONPATH="$(cat .whl/site/pythonpath):$PYTHONPATH"; fi
     gpu_tests tests/test_gpu_dsls.py 2>&1 | tee "$OUT/dsls.log" ;;
   bench)
     { python3 benchmarks/idle_gap.py

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine: join the parts stage_dsl_wheels.sh split, and install every wheel
-# under SRC (its carry-N folders, brought over one per transfer) into TARGET (a folder to
-# put on PYTHONPATH), without touching the image's packages.
+# under SRC (its carry-N folders, brought over one per transfer) as a prefix at TARGET,
+# without touching the image's packages. TARGET/pythonpath then holds what to put on
+# PYTHONPATH: the prefix's site-packages and the folders its .pth files add (CuTeDSL's
+# `cutlass` lives in one), since Python reads .pth files only in its own site folders.
 #   scripts/install_dsl_wheels.sh SRC TARGET
-#   PYTHONPATH=TARGET:src python -m pytest tests/test_gpu_dsls.py -s
-# When the wheels come over in two transfers (one per call while the machine is warm),
-# run this after the second: the parts of the first wait in SRC.
+#   PYTHONPATH=$(cat TARGET/pythonpath):src python -m pytest tests/test_gpu_dsls.py -s
+# When the wheels come over in several transfers (one per call while the machine is warm),
+# run this after the last: the parts of the first wait in SRC.
 set -euo pipefail
 
 src=${1:?usage: install_dsl_wheels.sh SRC TARGET}
@@ -22,15 +24,32 @@ for first in $(find "$src" -name '*.whl.part-00' | sort); do
   mv "$joined/$name.joining" "$joined/$name"
   echo "joined $name"
 done
-mapfile -t wheels < <(find "$src" -name '*.whl' | sort)
+# -type f: SRC itself may be named .whl
+mapfile -t wheels < <(find "$src" -type f -name '*.whl' | sort)
 if [ ${#wheels[@]} -eq 0 ]; then
   echo "no wheels in $src" >&2
   exit 1
 fi
 # --no-deps: the folder holds exactly what the image lacks; torch and numpy stay the image's.
-"$python" -m pip install --no-deps --no-index --target "$target" "${wheels[@]}"
-PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" "$python" - <<'PY'
+# --prefix, not --target: --target skips a package folder another wheel already made
+# (CuTeDSL's three wheels share nvidia_cutlass_dsl/), a prefix install merges them.
+target=$(realpath -m "$target")
+"$python" -m pip install -q --no-deps --no-index --no-warn-script-location --prefix "$target" \
+  "${wheels[@]}"
+"$python" - "$target" <<'PY'
 import importlib
+import site
+import sys
+import sysconfig
+from pathlib import Path
+
+prefix = Path(sys.argv[1])
+packages = sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)})
+before = list(sys.path)
+site.addsitedir(packages)  # runs the .pth files, as the image's own Python would
+paths = [p for p in sys.path if p not in before]
+(prefix / "pythonpath").write_text(":".join(paths) + "\n")
+print("PYTHONPATH=" + ":".join(paths))
 for name in ("cutlass", "cutlass.cute", "tilelang"):
     try:
         module = importlib.import_module(name)

@@ -15,12 +15,13 @@ part_mib=${PART_MIB:-60}
 python=${PYTHON:-python3}
 mkdir -p "$dest"
 
-# nvidia-cutlass-dsl is a small wheel over two library wheels (the CUDA 12 one here; swap
-# in nvidia-cutlass-dsl-libs-cu13 for a CUDA 13 torch). TileLang's needs, less torch, numpy
+# nvidia-cutlass-dsl is a small wheel over three: libs-core (the `cutlass` Python package),
+# libs-base and libs-cu12 (the CUDA 12 one here; swap in libs-cu13 for a CUDA 13 torch). TileLang's needs, less torch, numpy
 # and typing-extensions, which the image has.
 packages=(
   "nvidia-cutlass-dsl==$cutedsl"
   "nvidia-cutlass-dsl-libs-base==$cutedsl"
+  "nvidia-cutlass-dsl-libs-core==$cutedsl"
   "nvidia-cutlass-dsl-libs-cu12==$cutedsl"
   "tilelang==$tilelang"
   "apache-tvm-ffi>=0.1.11,<0.1.13"

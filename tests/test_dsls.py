@@ -248,14 +248,15 @@ def test_kernels_cutedsl_kept_as_it_ran_become_artifacts(tmp_path):
     run_dir = tmp_path / "run"
     env = dumped.dump_env(run_dir)
     assert env["CUTE_DSL_KEEP_PTX"] == env["CUTE_DSL_KEEP_CUBIN"] == "1"
+    assert Path(env["CUTE_DSL_DUMP_DIR"]).is_dir()  # CuTeDSL 4.8 keeps nothing in a missing one
     kept = Path(env["CUTE_DSL_DUMP_DIR"]) / "session"
-    kept.mkdir(parents=True)
+    kept.mkdir()
     source = tmp_path / "scale.cu"
     source.write_text(SCALE_KERNEL)
     for kind in ("ptx", "cubin"):
         subprocess.run(["nvcc", "-arch=sm_90a", f"-{kind}", str(source), "-o",
-                        str(kept / f"cutlass_scale_kernel.{kind}")], check=True)
-    with (kept / "cutlass_scale_kernel.ptx").open("ab") as ptx:
+                        str(kept / f"cutlass_scale_kernel.sm_90a.{kind}")], check=True)
+    with (kept / "cutlass_scale_kernel.sm_90a.ptx").open("ab") as ptx:
         ptx.write(b"\0\0")  # as CuTeDSL's PTX dumps end
     out_dir = run_dir / "artifacts"
     [record] = dumped.collect(dumped.dump_dir(run_dir, "cutedsl"), out_dir, "cutedsl",

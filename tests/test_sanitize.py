@@ -6,8 +6,12 @@ import os
 import shlex
 from pathlib import Path
 
+import pytest
+import torch
+
 from krung.candidate import Candidate
-from krung.sanitize import ERROR_EXIT, parse_report, read_log, with_exit_code
+from krung.errors import RungFailed
+from krung.sanitize import ERROR_EXIT, failed_reply, parse_report, read_log, with_exit_code
 from tests.conftest import GOOD, write
 
 # memcheck's log of a Triton kernel reading past its input's end, as the H200 wrote it when
@@ -105,3 +109,32 @@ def test_finish_lets_the_tool_a_worker_runs_under_write_its_report(tmp_path):
     killed = tmp_path / "killed.txt"
     _under_a_tool_that_reports_at_exit(tmp_path, killed).close()
     assert not killed.exists()  # why the sanitizer's workers are finished, not closed
+
+
+DIES_IN_THE_CALL = """
+import os
+def kernel(x):
+    os._exit(3)  # as a worker does after the illegal access memcheck stopped
+"""
+
+
+def test_a_worker_that_ends_mid_call_leaves_the_tools_verdict(tmp_path):
+    # The H200 case: memcheck found a read past the end, the worker ended during the call,
+    # and the tool exited with its error status. That status must reach the verdict.
+    tool = ["sh", "-c", f'"$@"; exit {ERROR_EXIT}', "tool"]
+    version = write(tmp_path / "dies.py", DIES_IN_THE_CALL)
+    candidate = Candidate("cpu", tmp_path, version, prefix=tool)
+    candidate.start()
+    try:
+        load = {"op": "load", "path": str(version)}
+        loaded = candidate.request(load, 60, "loading")
+        assert loaded["ok"], loaded
+        with pytest.raises(RungFailed) as failed:
+            candidate.request({"op": "call", "inputs": [torch.randn(64) + 2]}, 60, "one call")
+        reply = failed_reply(failed.value)
+        code = candidate.finish(60)
+    finally:
+        candidate.close()
+    assert not reply["ok"] and reply["error"]["type"] == "WorkerCrashed"
+    assert code == ERROR_EXIT
+    assert with_exit_code(parse_report(""), code)["errors"] >= 1

@@ -59,14 +59,10 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
                               env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
         candidate.start()
         try:
-            timeout = ctx.settings.compile_timeout_s * 4
-            reply = candidate.request(ctx.load_message(), timeout, f"loading under {tool}")
-            if reply.get("ok"):
-                inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
-                inputs = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
-                cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))
-                reply = candidate.request({"op": "call", "inputs": cpu}, timeout,
-                                          f"one call under {tool}")
+            try:
+                reply = _one_call(ctx, case, candidate, tool)
+            except RungFailed as exc:  # e.g. the worker ended on the error the tool found
+                reply = failed_reply(exc)
             # The tool writes its error summary as the worker exits: let it exit.
             code = candidate.finish(EXIT_TIMEOUT_S)
         finally:
@@ -77,6 +73,26 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
         # explain a call that failed on an illegal access.
         findings[tool]["ran"] = {"ok": bool(reply.get("ok")), "error": reply.get("error")}
     return findings
+
+
+def _one_call(ctx: Context, case: dict, candidate: Candidate, tool: str) -> dict[str, Any]:
+    """Load the version under the tool and make one call on poisoned, fresh inputs."""
+    timeout = ctx.settings.compile_timeout_s * 4
+    reply = candidate.request(ctx.load_message(), timeout, f"loading under {tool}")
+    if not reply.get("ok"):
+        return reply
+    inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
+    inputs = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
+    cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))
+    return candidate.request({"op": "call", "inputs": cpu}, timeout, f"one call under {tool}")
+
+
+def failed_reply(exc: RungFailed) -> dict[str, Any]:
+    """A worker's failure as the reply it would have sent: under memcheck the worker may end
+    on the error the tool found (the tool's exit status then says so), which is the tool's
+    verdict to give, not a crash of the rung."""
+    return {"ok": False, "error": {"type": exc.error_type, "message": exc.message,
+                                   "location": exc.location, "details": exc.details}}
 
 
 def read_log(path: Path, limit: int = LOG_LIMIT_BYTES) -> str:

@@ -4,8 +4,15 @@ numba-cuda compiles on the first launch for the argument types; tensors cross to
 without a copy (`cuda.as_cuda_array`), and the launch goes on torch's current stream.
 """
 
+import numpy as np
 import torch
-from numba import cuda
+
+# numpy 2.5 removed np.row_stack, for which the numba-cuda of the H200 image (2026-11) still
+# registers an overload when a launch first loads its numpy support: the alias keeps it loading.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+from numba import cuda  # after the alias above
 
 THREADS = 256
 

@@ -24,8 +24,10 @@ def dump_dir(run_dir: Path, dsl: str) -> Path:
 
 def dump_env(run_dir: Path) -> dict[str, str]:
     """What makes the DSLs that can keep their kernels do so, under the run's folder."""
+    cutedsl = dump_dir(run_dir, "cutedsl")
+    cutedsl.mkdir(parents=True, exist_ok=True)  # CuTeDSL keeps nothing in a missing folder
     return {"CUTE_DSL_KEEP_PTX": "1", "CUTE_DSL_KEEP_CUBIN": "1",
-            "CUTE_DSL_DUMP_DIR": str(dump_dir(run_dir, "cutedsl"))}
+            "CUTE_DSL_DUMP_DIR": str(cutedsl)}
 
 
 def collect(source: Path, out_dir: Path, dsl: str, target: Target) -> list[dict[str, Any]]:
@@ -49,5 +51,7 @@ def collect(source: Path, out_dir: Path, dsl: str, target: Target) -> list[dict[
 
 
 def _kernel_name(stem: str) -> str:
-    """A folder name from a dumped file's stem (letters, digits, `_`, `.`, `-`)."""
+    """A folder name from a dumped file's stem (letters, digits, `_`, `.`, `-`), less the
+    arch CuTeDSL 4.8 ends it with (`<function>.sm_90a`): the arch names the files inside."""
+    stem = re.sub(r"\.sm_\d+[af]?$", "", stem)
     return re.sub(r"[^\w.-]", "_", stem)[:120] or "kernel"

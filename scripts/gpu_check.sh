@@ -6,7 +6,7 @@
 #   scripts/gpu_check.sh dsls      every DSL's example; CuTeDSL/TileLang from the wheels
 #                                  carried into .whl (installed into .whl/site on first use)
 #   scripts/gpu_check.sh bench     idle gap, profiler start, timing accuracy (with ncu),
-#                                  loop latency
+#                                  timing spread, loop latency
 # Logs go to $OUT (default /tmp/krung-gpu); run from the repository's root.
 set -uo pipefail
 OUT=${OUT:-/tmp/krung-gpu}
@@ -33,6 +33,7 @@ case "$part" in
     { python3 benchmarks/idle_gap.py
       python3 benchmarks/profiler_start.py
       python3 benchmarks/timing_accuracy.py --ncu
+      python3 benchmarks/timing_spread.py
       python3 benchmarks/loop_latency.py --device cuda --warm 3; } 2>&1 | tee "$OUT/bench.log" ;;
   *) echo "unknown part $part: ladder, formats, inspect, dsls or bench" >&2; exit 2 ;;
 esac

@@ -80,7 +80,9 @@ def main() -> None:
     runs = []
     for _ in range(args.processes):
         done = subprocess.run([sys.executable, __file__, "--one-process"], capture_output=True,
-                              text=True, env=env, check=True)
+                              text=True, env=env)
+        if done.returncode:
+            sys.exit(f"a measuring process failed:\n{done.stderr[-4000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"timing spread on {torch.cuda.get_device_name()}, {args.processes} fresh processes")
     for name in runs[0]:

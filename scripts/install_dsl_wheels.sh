@@ -36,7 +36,8 @@ fi
 target=$(realpath -m "$target")
 "$python" -m pip install -q --no-deps --no-index --no-warn-script-location --prefix "$target" \
   "${wheels[@]}"
-"$python" - "$target" <<'PY'
+# -E: a PYTHONPATH that already holds the prefix would hide the folders it adds.
+"$python" -E - "$target" <<'PY'
 import importlib
 import site
 import sys
@@ -44,16 +45,22 @@ import sysconfig
 from pathlib import Path
 
 prefix = Path(sys.argv[1])
-packages = sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)})
 before = list(sys.path)
-site.addsitedir(packages)  # runs the .pth files, as the image's own Python would
-paths = [p for p in sys.path if p not in before]
-(prefix / "pythonpath").write_text(":".join(paths) + "\n")
-print("PYTHONPATH=" + ":".join(paths))
+where = {"base": str(prefix), "platbase": str(prefix)}
+# One folder, or two on lib64 systems; each once, as its .pth files add to sys.path anew.
+for folder in dict.fromkeys(sysconfig.get_path(k, vars=where) for k in ("purelib", "platlib")):
+    site.addsitedir(folder)
+paths = list(dict.fromkeys(p for p in sys.path if p not in before))  # what the .pth files added too
+failed = []
 for name in ("cutlass", "cutlass.cute", "tilelang"):
     try:
         module = importlib.import_module(name)
         print(f"{name}: {getattr(module, '__version__', 'ok')}")
     except Exception as exc:  # report each, so one broken install does not hide the other
         print(f"{name}: FAILED {type(exc).__name__}: {exc}")
+        failed.append(name)
+if failed:  # no pythonpath file: gpu_check.sh installs again next time
+    sys.exit(1)
+(prefix / "pythonpath").write_text(":".join(paths) + "\n")
+print("PYTHONPATH=" + ":".join(paths))
 PY

@@ -237,6 +237,16 @@ extern "C" __global__ void scale_kernel(const float* x, float* y, float a, int n
 """
 
 
+def test_a_kept_kernels_name_is_its_function_without_the_arch():
+    from krung.artifacts.dumped import _kernel_name
+
+    # CuTeDSL 4.8.1 on the H200: <function>.<arch>.cubin
+    stem = "cutlass_add_launch_Tensorgmemo1_Tensorgmemo1_Tensorgmemo1_256.sm_90a"
+    assert _kernel_name(stem) == "cutlass_add_launch_Tensorgmemo1_Tensorgmemo1_Tensorgmemo1_256"
+    assert _kernel_name("scale kernel/v2.sm_100f") == "scale_kernel_v2"
+    assert _kernel_name("plain") == "plain" and _kernel_name("") == "kernel"
+
+
 @needs_nvcc
 def test_kernels_cutedsl_kept_as_it_ran_become_artifacts(tmp_path):
     """CuTeDSL writes the PTX and CUBIN of what it compiles where the worker's environment

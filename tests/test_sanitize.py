@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
-import pytest
 import torch
 
+from krung import sanitize
 from krung.candidate import Candidate
-from krung.errors import RungFailed
-from krung.sanitize import ERROR_EXIT, failed_reply, parse_report, read_log, with_exit_code
+from krung.sanitize import ERROR_EXIT, parse_report, read_log, with_exit_code
 from tests.conftest import GOOD, write
 
 # memcheck's log of a Triton kernel reading past its input's end, as the H200 wrote it when
@@ -114,27 +115,30 @@ def test_finish_lets_the_tool_a_worker_runs_under_write_its_report(tmp_path):
 DIES_IN_THE_CALL = """
 import os
 def kernel(x):
-    os._exit(3)  # as a worker does after the illegal access memcheck stopped
+    os._exit(3)  # as the worker ends after the illegal access memcheck stopped
 """
 
 
-def test_a_worker_that_ends_mid_call_leaves_the_tools_verdict(tmp_path):
-    # The H200 case: memcheck found a read past the end, the worker ended during the call,
-    # and the tool exited with its error status. That status must reach the verdict.
-    tool = ["sh", "-c", f'"$@"; exit {ERROR_EXIT}', "tool"]
+def test_a_worker_that_ends_mid_call_leaves_the_verdict_to_the_tool(tmp_path, monkeypatch):
+    # As on the H200: memcheck found a read past the end, the worker ended during the call,
+    # and the tool exited with its error status. That status must reach the verdict, not a
+    # WorkerCrashed. A stand-in compute-sanitizer on PATH drops its options, runs the worker,
+    # writes no summary and exits with the error status; the worker runs on the CPU.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    stand_in = tools / "compute-sanitizer"
+    stand_in.write_text(f'#!/bin/sh\nwhile [ "$1" != {shlex.quote(sys.executable)} ]; do shift; done\n'
+                        f'"$@"\nexit {ERROR_EXIT}\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(sanitize, "TOOLS", ("memcheck",))
     version = write(tmp_path / "dies.py", DIES_IN_THE_CALL)
-    candidate = Candidate("cpu", tmp_path, version, prefix=tool)
-    candidate.start()
-    try:
-        load = {"op": "load", "path": str(version)}
-        loaded = candidate.request(load, 60, "loading")
-        assert loaded["ok"], loaded
-        with pytest.raises(RungFailed) as failed:
-            candidate.request({"op": "call", "inputs": [torch.randn(64) + 2]}, 60, "one call")
-        reply = failed_reply(failed.value)
-        code = candidate.finish(60)
-    finally:
-        candidate.close()
-    assert not reply["ok"] and reply["error"]["type"] == "WorkerCrashed"
-    assert code == ERROR_EXIT
-    assert with_exit_code(parse_report(""), code)["errors"] >= 1
+    ctx = SimpleNamespace(
+        device="cpu", run_dir=tmp_path, solution=SimpleNamespace(path=version),
+        settings=SimpleNamespace(compile_timeout_s=30),
+        load_message=lambda: {"op": "load", "path": str(version)},
+        make_inputs=lambda case, seed: (torch.randn(64) + 2,), seed_for=lambda *parts: 1,
+        problem=SimpleNamespace(writable_leaves=lambda inputs: set()))
+    found = sanitize.run_sanitizers(ctx, {})["memcheck"]
+    assert found["exit_code"] == ERROR_EXIT and found["errors"] >= 1, found
+    assert not found["ran"]["ok"] and found["ran"]["error"]["type"] == "WorkerCrashed"

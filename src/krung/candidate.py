@@ -36,8 +36,12 @@ _SIGNALS = {
 class Candidate:
     def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False,
                  max_file_bytes: int = 1 << 30, prefix: list[str] | None = None,
-                 log_name: str = "worker.log", env: dict[str, str] | None = None):
+                 log_name: str = "worker.log", env: dict[str, str] | None = None,
+                 exit_wait_s: float = 10):
         self.device = device
+        # How long a worker whose channel closed may take to exit before it is killed; a
+        # tool it runs under writes its report then (compute-sanitizer: give it longer).
+        self.exit_wait_s = exit_wait_s
         self.extra_env = env or {}
         self.prefix = prefix or []  # a tool to run the worker under (compute-sanitizer)
         self.cuda_ipc = cuda_ipc
@@ -136,7 +140,7 @@ class Candidate:
     def _died(self, what: str) -> None:
         assert self.process is not None
         try:
-            code = self.process.wait(timeout=10)
+            code = self.process.wait(timeout=self.exit_wait_s)
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.process.wait()

@@ -54,9 +54,10 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
             prefix += ["--padding", str(PADDING_BYTES)]
         # Without torch's caching allocator every tensor is its own allocation, so memcheck
         # sees an access past a tensor's end instead of one inside a cached block.
-        candidate = Candidate("cuda", ctx.run_dir, ctx.solution.path, cuda_ipc=False,
+        candidate = Candidate(ctx.device, ctx.run_dir, ctx.solution.path, cuda_ipc=False,
                               prefix=prefix, log_name=f"worker-{tool}.log",
-                              env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+                              env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+                              exit_wait_s=EXIT_TIMEOUT_S)
         candidate.start()
         try:
             try:

@@ -66,7 +66,8 @@ def test_tools_are_listed_with_precise_schemas(store, tmp_path):
         evaluate = tools["evaluate"].input_schema
         assert evaluate["required"] == ["problem"]
         assert set(evaluate["properties"]) == {"problem", "version_path", "source", "name",
-                                               "rungs", "seed", "device", "parent"}
+                                               "rungs", "seed", "device", "parent",
+                                               "vs_compiled"}
         rungs = evaluate["properties"]["rungs"]["anyOf"][0]
         assert rungs["items"]["enum"] == list(krung.RUNGS)
         assert "description" in evaluate["properties"]["source"]
@@ -87,7 +88,8 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
     async def body():
         async with connect(store, tmp_path) as session:
             passed = await session.call_tool(
-                "evaluate", {"problem": str(scale_problem), "version_path": str(good)},
+                "evaluate", {"problem": str(scale_problem), "version_path": str(good),
+                             "vs_compiled": True},
                 progress_callback=on_progress)
             good_id = passed.structured_content["run_id"]
             failed = await session.call_tool(
@@ -112,6 +114,9 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
     run = passed.structured_content
     assert run["ok"] is True
     assert [r["name"] for r in run["rungs"]] == list(krung.DEFAULT_LADDER)
+    bench = next(r for r in run["rungs"] if r["name"] == "benchmark")["figures"]
+    assert bench["speedup_vs_compiled"] > 0  # asked for: torch.compile(reference) timed too
+    assert "vs torch.compile(reference)" in passed.content[0].text
     assert passed.content[0].text.startswith("OK (every rung that could run passed; profile, "
                                              "roofline skipped)")
     assert len(progress) >= len(krung.DEFAULT_LADDER)

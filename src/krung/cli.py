@@ -92,13 +92,17 @@ def run(
     parent: Annotated[str | None, typer.Option(
         help="The run this version builds on (an id or prefix); by default the previous run "
              "of the same version file.")] = None,
+    vs_compiled: Annotated[bool, typer.Option(
+        "--vs-compiled", help="Also time torch.compile(reference) in the benchmark rung and "
+                              "give the speedup against it.")] = False,
     json_output: JsonOption = False,
     output_format: FormatOption = None,
     store: StoreOption = None,
 ) -> None:
     """Evaluate one version of a problem through the ladder and record the run."""
     settings = _settings(store).replace(call_timeout_s=timeout,
-                                        compile_timeout_s=compile_timeout)
+                                        compile_timeout_s=compile_timeout,
+                                        compiled_baseline=vs_compiled or None)
     chosen = _output_format(json_output, output_format)
     show = chosen is OutputFormat.TEXT
     # A bar on a terminal, else `[rung] case i/n ...` lines on stderr at most once a second.

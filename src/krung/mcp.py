@@ -27,6 +27,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 import krung
+from krung.settings import Settings
 
 log = logging.getLogger("krung.mcp")
 T = TypeVar("T")
@@ -129,6 +130,9 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         seed: SeedArg = None,
         device: DeviceArg = None,
         parent: ParentArg = None,
+        vs_compiled: Annotated[bool, Field(description=(
+            "Also time torch.compile(reference) in the benchmark rung and give the speedup "
+            "against it (`speedup_vs_compiled`); its compile time is not timed."))] = False,
     ) -> CallToolResult:
         """Evaluate one version of a problem up the rung ladder and record the run. Give the
         version as `version_path` or as `source`. Blocks until done (seconds on a small
@@ -148,7 +152,8 @@ def build_server(store: str | Path | None = None) -> MCPServer:
             run = await _in_thread(functools.partial(
                 krung.evaluate, problem, path, rungs=list(rungs) if rungs else None,
                 device=device, seed=seed, store=db_path, on_result=report.rung_done,
-                on_progress=report.step, parent=parent))
+                on_progress=report.step, parent=parent,
+                settings=Settings.from_env().replace(compiled_baseline=vs_compiled or None)))
         return _run_answer(run)
 
     @tool(READ_ONLY)

@@ -73,6 +73,8 @@ def case_table(result: RungResult) -> Table | None:
     from rich.table import Table
 
     columns = _COLUMNS.get(result.name) or [k for k in rows[0] if k != "case"]
+    if any("compiled_median_us" in row for row in rows):  # timed against torch.compile too
+        columns = [*columns, "compiled_median_us", "speedup_vs_compiled"]
     if any(row.get("config") for row in rows):  # an autotuned version: its chosen configs
         columns = [*columns, "config"]
     table = Table(title=f"{result.name} per {per}", title_justify="left", box=None,
@@ -298,9 +300,18 @@ def _benchmark_lines(rung: RungResult | None) -> list[str]:
                      f"{format_value(row.get('p90_us'))}), reference "
                      f"{format_value(row.get('ref_median_us'))} us, speedup "
                      f"{format_value(row.get('speedup'))}x"
+                     + (f"; torch.compile {format_value(row['compiled_median_us'])} us, "
+                        f"speedup {format_value(row.get('speedup_vs_compiled'))}x"
+                        if "compiled_median_us" in row else "")
                      + (f"; autotuned {row['config']}" if row.get("config") else ""))
     if len(rows) > AGENT_CASES:
         lines.append(f"  ... {len(rows) - AGENT_CASES} more case(s)")
+    if f.get("compiled_error"):
+        lines.append(f"  torch.compile(reference) not timed: {f['compiled_error']}")
+    elif "speedup_vs_compiled" in f:
+        lines.append(f"  speedup {format_value(f['speedup_vs_compiled'])}x vs "
+                     f"torch.compile(reference) (its compiles, "
+                     f"{format_value(f.get('compiled_warm_up_s'))} s, not timed)")
     return lines
 
 

@@ -46,6 +46,9 @@ _SETTINGS = {
                                                                         "(slower)"),
     "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
                                           "0 to copy them through host memory"),
+    "compiled_baseline": Setting("KRUNG_COMPILED_BASELINE", "1 to time torch.compile(reference) "
+                                                            "too in the benchmark rung and give "
+                                                            "the speedup against it"),
     "roofline_threshold_pct": Setting("KRUNG_ROOFLINE_THRESHOLD",
                                       "% of the binding roofline ceiling a bench case must "
                                       "reach to count as at the roofline (at most 100)"),
@@ -67,6 +70,7 @@ class Settings:
     profile_clock_control: str = "none"
     profile_source_counters: bool = False
     roofline_threshold_pct: float = 90.0
+    compiled_baseline: bool = False
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:

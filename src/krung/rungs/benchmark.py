@@ -14,6 +14,7 @@ allow for the problem's work is impossible, and fails the rung.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
@@ -41,16 +42,23 @@ LAUNCH_BOUND_RATIO = 1.5  # host-visible over device time
 def run(ctx: Context) -> dict[str, Any]:
     plan = CPU_PLAN if ctx.device == "cpu" else GPU_PLAN
     cases = ctx.problem.bench_cases_for(ctx.device)
+    baseline = CompiledBaseline(ctx.problem.reference) if ctx.settings.compiled_baseline else None
     rows = []
     for index, case in enumerate(cases):
         ctx.progress("benchmark", f"case {index + 1}/{len(cases)} {case_label(case)}")
-        rows.append(_bench_case(ctx, index, case, plan))
+        rows.append(_bench_case(ctx, index, case, plan, baseline))
     figures: dict[str, Any] = {
         "timer": rows[0]["timer"] if rows else None,
         "cases": len(rows),
         "geomean_us": _geomean([r["median_us"] for r in rows]),
         "speedup": _geomean([r["speedup"] for r in rows if r["speedup"]]),
     }
+    if baseline is not None:
+        versus = _geomean([r["speedup_vs_compiled"] for r in rows
+                           if r.get("speedup_vs_compiled")])
+        if versus is not None:
+            figures["speedup_vs_compiled"] = versus
+        figures.update(baseline.figures())
     if ctx.problem.ranking_by:  # GPU MODE ranks a version by one score over its bench cases
         figures["ranking_by"] = ctx.problem.ranking_by
         figures["score_us"] = ranking_score(ctx.problem.ranking_by,
@@ -71,7 +79,46 @@ def ranking_score(rule: str, times_us: list[float]) -> float | None:
     return _geomean(times_us)
 
 
-def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[str, Any]:
+class CompiledBaseline:
+    """torch.compile(reference) (inductor, default mode), timed beside the reference by the same protocol. Compiling
+    happens on a warm-up call per bench case (new shapes may recompile), outside the timing;
+    a reference torch.compile cannot take is reported, and the rung goes on without it."""
+
+    def __init__(self, reference: Any):
+        self.reference = reference
+        self.compiled: Any = None
+        self.error: str | None = None
+        self.compile_s = 0.0
+
+    def warm(self, inputs: tuple) -> Any:
+        """The compiled reference, compiled for these inputs' shapes; None if it cannot be."""
+        if self.error is not None:
+            return None
+        import torch
+
+        start = time.perf_counter()
+        try:
+            if self.compiled is None:
+                self.compiled = torch.compile(self.reference)
+            self.compiled(*inputs)
+        except Exception as exc:  # inductor needs a C++ compiler, say; the rung goes on
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            self.error = f"{type(exc).__name__}: {first}"
+            return None
+        finally:
+            self.compile_s += time.perf_counter() - start
+        return self.compiled
+
+    def figures(self) -> dict[str, Any]:
+        """Its figures for the rung: the warm-up (compile) time, and why it failed if it did."""
+        figures: dict[str, Any] = {"compiled_warm_up_s": round(self.compile_s, 3)}
+        if self.error is not None:
+            figures["compiled_error"] = self.error
+        return figures
+
+
+def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
+                baseline: CompiledBaseline | None = None) -> dict[str, Any]:
     label = case_label(case)
     what = f"timing bench case {label}"
     first = ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0, 0))
@@ -86,7 +133,9 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
     after = None
     mine: list[Samples] = []
     ref: list[Samples] = []
+    compiled_samples: list[Samples] = []
     reference = ctx.problem.reference
+    compiled = baseline.warm(first) if baseline is not None else None
     round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
                          min_samples=max(3, plan.min_samples // ROUNDS))
     tuned: list[dict[str, Any]] = []
@@ -103,6 +152,9 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
             after = clock_state()  # right after the version's last round, not the reference's
         tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
         ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
+        if compiled is not None:
+            compiled_samples.append(measure(partial(_call, compiled, sets), len(sets),
+                                            ctx.device, round_plan))
         _check_timed_outputs(ctx, reply, sets, expected, f"{label}, round {round_index + 1}")
 
     device_us = [t for s in mine for t in s.device_us]
@@ -119,6 +171,11 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan) -> dict[
         "input_sets": count, "l2_flush_bytes": mine[0].l2_flush_bytes,
         "wall_s": round(sum(s.wall_s for s in mine), 3),
     }
+    if compiled_samples:
+        compiled_us = summarise([t for s in compiled_samples for t in s.device_us])["median_us"]
+        row["compiled_median_us"] = compiled_us
+        row["speedup_vs_compiled"] = (compiled_us / stats["median_us"]
+                                      if stats["median_us"] > 0 else None)
     if tuned:  # @triton.autotune: what it chose for this case's shapes
         row["config"] = "; ".join(f"{t['kernel']}: {t['label']}" for t in tuned)
         row["autotune"] = tuned

@@ -318,38 +318,6 @@ def test_a_version_right_only_outside_the_timed_loop_fails_the_benchmark(
     assert "timed calls" in rungs["benchmark"]["error"]
 
 
-def test_vs_compiled_times_torch_compile_of_the_reference_too(krung, scale_problem, version):
-    # Inductor really compiles the reference here (a C++ compiler on the CPU).
-    result = krung("run", scale_problem, version("good", GOOD), "--json", "--vs-compiled",
-                   "--rungs", "correctness,benchmark")
-    assert result.code == 0, result.stderr
-    bench = next(r for r in result.json()["rungs"] if r["name"] == "benchmark")
-    figures = bench["figures"]
-    assert "compiled_error" not in figures and figures["compiled_warm_up_s"] > 0
-    for row in figures["per_case"]:
-        assert row["compiled_median_us"] > 0
-        assert row["speedup_vs_compiled"] == pytest.approx(
-            row["compiled_median_us"] / row["median_us"])
-    assert figures["speedup_vs_compiled"] > 0
-    plain = krung("run", scale_problem, version("good", GOOD), "--json",
-                  "--rungs", "correctness,benchmark")
-    plain_bench = next(r for r in plain.json()["rungs"] if r["name"] == "benchmark")
-    assert "speedup_vs_compiled" not in plain_bench["figures"]  # only when asked
-
-
-def test_a_reference_torch_compile_cannot_build_is_reported_not_fatal(
-        krung, scale_problem, version, tmp_path):
-    # Inductor on a CPU needs a C++ compiler: here the one it is told to use does not exist.
-    missing = tmp_path / "no-such-c++"
-    result = krung("run", scale_problem, version("good", GOOD), "--json",
-                   "--rungs", "correctness,benchmark",
-                   env={"KRUNG_COMPILED_BASELINE": "1", "CXX": str(missing)})
-    assert result.code == 0, result.stderr
-    figures = next(r for r in result.json()["rungs"] if r["name"] == "benchmark")["figures"]
-    assert figures["compiled_error"], figures
-    assert figures["speedup"] > 0 and "speedup_vs_compiled" not in figures["per_case"][0]
-
-
 def test_a_problem_that_does_not_parse_names_its_line(krung, tmp_path, version):
     write(tmp_path / "typo" / "problem.py", "import torch\n\ndef reference(x)\n    return x\n")
     result = krung("run", tmp_path / "typo", version("good", GOOD))

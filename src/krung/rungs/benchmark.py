@@ -42,7 +42,9 @@ LAUNCH_BOUND_RATIO = 1.5  # host-visible over device time
 def run(ctx: Context) -> dict[str, Any]:
     plan = CPU_PLAN if ctx.device == "cpu" else GPU_PLAN
     cases = ctx.problem.bench_cases_for(ctx.device)
-    baseline = CompiledBaseline(ctx.problem.reference) if ctx.settings.compiled_baseline else None
+    baseline = None
+    if ctx.settings.compiled_baseline:
+        baseline = CompiledBaseline(ctx.problem.reference)
     rows = []
     for index, case in enumerate(cases):
         ctx.progress("benchmark", f"case {index + 1}/{len(cases)} {case_label(case)}")
@@ -56,7 +58,7 @@ def run(ctx: Context) -> dict[str, Any]:
     if baseline is not None:
         versus = _geomean([r["speedup_vs_compiled"] for r in rows
                            if r.get("speedup_vs_compiled")])
-        if versus is not None:
+        if versus is not None and baseline.error is None:  # not over some of the cases only
             figures["speedup_vs_compiled"] = versus
         figures.update(baseline.figures())
     if ctx.problem.ranking_by:  # GPU MODE ranks a version by one score over its bench cases
@@ -80,34 +82,44 @@ def ranking_score(rule: str, times_us: list[float]) -> float | None:
 
 
 class CompiledBaseline:
-    """torch.compile(reference) (inductor, default mode), timed beside the reference by the same protocol. Compiling
-    happens on a warm-up call per bench case (new shapes may recompile), outside the timing;
-    a reference torch.compile cannot take is reported, and the rung goes on without it."""
+    """torch.compile(reference) (inductor, default mode), timed beside the reference by the
+    same protocol. Each bench case gets a fresh compile for its shapes (static, as the case
+    would alone: no dynamic shapes carried over from earlier cases, no recompile limit), on a
+    warm-up call outside the timing; a recompile during the timing would time compiling, so
+    it is an error. What goes wrong is reported, and the rung goes on without the baseline."""
 
     def __init__(self, reference: Any):
         self.reference = reference
-        self.compiled: Any = None
         self.error: str | None = None
         self.compile_s = 0.0
 
     def warm(self, inputs: tuple) -> Any:
-        """The compiled reference, compiled for these inputs' shapes; None if it cannot be."""
+        """The reference compiled for these inputs; None once the baseline has failed."""
         if self.error is not None:
             return None
         import torch
 
         start = time.perf_counter()
         try:
-            if self.compiled is None:
-                self.compiled = torch.compile(self.reference)
-            self.compiled(*inputs)
-        except Exception as exc:  # inductor needs a C++ compiler, say; the rung goes on
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            self.error = f"{type(exc).__name__}: {first}"
+            torch._dynamo.reset()
+            compiled = torch.compile(self.reference, dynamic=False)
+            compiled(*inputs)
+        except Exception as exc:  # inductor needs a C++ compiler, say
+            self._fail(exc)
             return None
         finally:
             self.compile_s += time.perf_counter() - start
-        return self.compiled
+        return compiled
+
+    def time(self, compiled: Any, sets: list, device: str, plan: TimingPlan) -> Samples | None:
+        import torch
+
+        try:
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                return measure(partial(_call, compiled, sets), len(sets), device, plan)
+        except Exception as exc:  # out of memory, a recompile, a failure inside the kernels
+            self._fail(exc)
+            return None
 
     def figures(self) -> dict[str, Any]:
         """Its figures for the rung: the warm-up (compile) time, and why it failed if it did."""
@@ -115,6 +127,10 @@ class CompiledBaseline:
         if self.error is not None:
             figures["compiled_error"] = self.error
         return figures
+
+    def _fail(self, exc: Exception) -> None:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        self.error = f"{type(exc).__name__}: {first}"
 
 
 def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
@@ -152,9 +168,12 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
             after = clock_state()  # right after the version's last round, not the reference's
         tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
         ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
-        if compiled is not None:
-            compiled_samples.append(measure(partial(_call, compiled, sets), len(sets),
-                                            ctx.device, round_plan))
+        if baseline is not None and compiled is not None:
+            timed = baseline.time(compiled, sets, ctx.device, round_plan)
+            if timed is None:  # failed: none of this case's figures, nor later ones
+                compiled, compiled_samples = None, []
+            else:
+                compiled_samples.append(timed)
         _check_timed_outputs(ctx, reply, sets, expected, f"{label}, round {round_index + 1}")
 
     device_us = [t for s in mine for t in s.device_us]

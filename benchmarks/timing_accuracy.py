@@ -3,7 +3,8 @@
 Needs a CUDA GPU. For each workload it prints:
 - truth: CUPTI kernel time of one call with a cold L2, each call isolated by synchronisation
   (median of 30; summed over the call's kernels);
-- krung: `krung.timing.measure`, the figure the benchmark rung reports;
+- krung: the figure the benchmark rung reports (`krung.timing.measure` with the rung's plan,
+  rotating over as many input sets as the rung would, the stepped median);
 - do_bench and do_bench_cudagraph (Triton, median), a KernelBench-style event loop with an L2
   flush, and ncu's gpu__time_duration (with --ncu);
 each with its error against the truth; then krung's spread over 5 fresh processes (CV of their
@@ -11,7 +12,7 @@ medians) and its wall time per measurement. For the workloads under 10 µs, each
 median and the commonest sample values: whether the spread across processes is the median
 flipping between steps of the timer.
 
-    python benchmarks/timing_accuracy.py [--ncu] [--processes 5]
+    python benchmarks/timing_accuracy.py [--ncu] [--processes 5] [--rest-ratio R]
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
-from krung.timing import SPIN_KERNEL, TimingPlan, device_work, measure
-
-PLAN = TimingPlan(warmup_s=0.02, max_s=0.25, min_samples=10, max_samples=2000, target_ci=0.003)
+from krung.rungs.benchmark import GPU_PLAN, input_set_count
+from krung.timing import SPIN_KERNEL, device_work, measure, summarise
 
 
 def workloads() -> dict[str, Callable[[], Callable[[], object]]]:
@@ -119,15 +120,25 @@ def events_loop_us(fn: Callable[[], object], flush: torch.Tensor, iters: int = 1
     return statistics.median(times)
 
 
-def krung_us(fn: Callable[[], object]) -> tuple[float, float, str, list[float]]:
-    samples = measure(lambda i: fn(), 1, "cuda", PLAN)
-    return statistics.median(samples.device_us), samples.wall_s, samples.mode, samples.device_us
+def krung_us(build: Callable[[], Callable[[], object]], rest_ratio: float
+             ) -> tuple[float, float, str, list[float], int]:
+    """krung's figure as the benchmark rung takes it: its plan, and as many input sets as it
+    would rotate over (each `build()` makes fresh inputs)."""
+    before = torch.cuda.memory_allocated()
+    calls = [build()]
+    set_bytes = torch.cuda.memory_allocated() - before
+    sets = input_set_count(set_bytes, torch.cuda.get_device_properties(0).L2_cache_size)
+    calls += [build() for _ in range(sets - 1)]
+    plan = replace(GPU_PLAN, rest_ratio=rest_ratio)
+    samples = measure(lambda i: calls[i](), sets, "cuda", plan)
+    return (summarise(samples.device_us)["median_us"], samples.wall_s, samples.mode,
+            samples.device_us, sets)
 
 
-def one_process(names: list[str]) -> dict[str, list[float]]:
+def one_process(names: list[str], rest_ratio: float) -> dict[str, list[float]]:
     """krung's figure and wall time per workload, in this (fresh) process."""
     builders = workloads()
-    return {name: list(krung_us(builders[name]())[:2]) for name in names}
+    return {name: list(krung_us(builders[name], rest_ratio)[:2]) for name in names}
 
 
 def commonest(samples: list[float], top: int = 4) -> str:
@@ -186,6 +197,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ncu", action="store_true", help="also run ncu (slow)")
     parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--rest-ratio", type=float, default=GPU_PLAN.rest_ratio,
+                        help="krung's rest before each call, in calls' times (the rung's: "
+                             f"{GPU_PLAN.rest_ratio})")
     parser.add_argument("--one-process", help=argparse.SUPPRESS)
     parser.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -193,7 +207,7 @@ def main() -> None:
         return ncu_target()
     names = list(workloads())
     if args.one_process:
-        print(json.dumps(one_process(json.loads(args.one_process))))
+        print(json.dumps(one_process(json.loads(args.one_process), args.rest_ratio)))
         return None
 
     import triton.testing
@@ -202,29 +216,31 @@ def main() -> None:
                         dtype=torch.int32, device="cuda")
     table = {}
     for name, build in workloads().items():
+        krung_median, wall, mode, samples, sets = krung_us(build, args.rest_ratio)
         fn = build()
-        krung_median, wall, mode, samples = krung_us(fn)
         table[name] = {
             "truth": truth_us(fn, flush),
             "krung": krung_median,
             "do_bench": triton.testing.do_bench(fn, return_mode="median") * 1e3,
             "cudagraph": triton.testing.do_bench_cudagraph(fn, return_mode="median") * 1e3,
             "events": events_loop_us(fn, flush),
-            "wall_s": wall, "mode": mode, "samples": samples,
+            "wall_s": wall, "mode": mode, "samples": samples, "sets": sets,
         }
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     medians: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.processes):
-        done = subprocess.run([sys.executable, __file__, "--one-process", json.dumps(names)],
+        done = subprocess.run([sys.executable, __file__, "--one-process", json.dumps(names),
+                               "--rest-ratio", str(args.rest_ratio)],
                               capture_output=True, text=True, env=env, check=True)
         for name, (median, _wall) in json.loads(done.stdout.strip().splitlines()[-1]).items():
             medians[name].append(median)
 
     device = torch.cuda.get_device_name()
-    print(f"timing accuracy on {device}, torch {torch.__version__}, errors against CUPTI truth")
+    print(f"timing accuracy on {device}, torch {torch.__version__}, errors against CUPTI truth; "
+          f"krung rests {args.rest_ratio}x the call before each")
     methods = ["krung", "do_bench", "cudagraph", "events"]
     header = f"{'workload':<26} {'truth us':>9} " + " ".join(f"{m:>17}" for m in methods)
-    print(header + f" {'krung CV/5 proc':>15} {'wall s':>7} mode")
+    print(header + f" {'krung CV/5 proc':>15} {'wall s':>7} {'sets':>4} mode")
     for name, row in table.items():
         cells = []
         for method in methods:
@@ -237,7 +253,8 @@ def main() -> None:
         spread = medians[name]
         cv = statistics.pstdev(spread) / statistics.fmean(spread) if len(spread) > 1 else 0.0
         print(f"{name:<26} {row['truth']:>9.2f} " + " ".join(cells) +
-              f" {100 * cv:>14.2f}% {row['wall_s']:>7.2f} {row['mode']}", flush=True)
+              f" {100 * cv:>14.2f}% {row['wall_s']:>7.2f} {row['sets']:>4} {row['mode']}",
+              flush=True)
     print(f"\n{'workload':<26} {'krung medians per process, us':<40} commonest samples")
     for name, row in table.items():
         if row["truth"] < 10:  # where a step of the timer is a large share of the time

@@ -105,6 +105,7 @@ def test_timing_is_cupti_device_time_and_flags_launch_bound_versions(
     assert case["host_median_us"] > case["median_us"]
     assert case["launch_bound"] is True
     assert case["sm_mhz"][1] > 0
+    assert 300 < case["sm_mhz_timed"] < 1.2 * max(case["sm_mhz"])  # from the timer's markers
 
 
 SIDE_STREAM_UNJOINED = """

@@ -8,7 +8,17 @@ import time
 
 import pytest
 
-from krung.timing import TimingPlan, ci_fraction, measure, median_ci, summarise
+from krung.rungs.benchmark import input_set_count
+from krung.timing import (
+    CLOCK_SPIN_CYCLES,
+    TimingPlan,
+    ci_fraction,
+    measure,
+    median_ci,
+    spin_clock_mhz,
+    stepped_median,
+    summarise,
+)
 
 
 def test_median_ci_brackets_the_median_and_narrows_with_more_samples():
@@ -54,3 +64,36 @@ def test_cpu_measurement_stops_early_once_the_median_is_tight():
                       target_ci=0.5)
     samples = measure(lambda i: time.sleep(0.001), 1, "cpu", plan)
     assert samples.wall_s < 1.0
+
+
+def test_the_clock_comes_from_the_two_marker_lengths():
+    rng = random.Random()
+    mhz = rng.uniform(1200, 2000)
+    overhead_us = rng.uniform(1.0, 3.0)  # a spin kernel's launch and exit, whatever its length
+    short = [overhead_us + rng.gauss(0, 0.01) for _ in range(50)]
+    long = [overhead_us + CLOCK_SPIN_CYCLES / mhz + rng.gauss(0, 0.01) for _ in range(50)]
+    assert spin_clock_mhz(short, long) == pytest.approx(mhz, rel=0.01)
+    assert spin_clock_mhz(short[:2], long[:2]) is None  # too few to say
+    assert spin_clock_mhz(long, short) is None  # the long ones shorter: no clock
+
+
+def test_enough_input_sets_to_outgrow_the_l2():
+    l2 = random.choice([40, 50, 60]) << 20
+    assert input_set_count(l2 + 1, l2) == 2  # one set outgrows it already: two alternate
+    assert input_set_count(l2 // 3 + 1, l2) == 6  # together twice the L2
+    assert input_set_count(1 << 10, l2) == 8  # tiny: capped
+    assert input_set_count(1 << 10, 0) == 2  # L2 size unknown
+
+
+def test_the_stepped_median_sees_through_the_timers_steps():
+    rng = random.Random()
+    step = 0.032  # CUPTI's ~32 ns steps, on a ~1.3 µs kernel whose middle lies between two
+    centre = step * (rng.randint(38, 44) + rng.uniform(0.3, 0.7))
+    for _ in range(4):  # four processes' samples of the same kernel
+        values = [round(rng.gauss(centre, 0.06) / step) * step for _ in range(6001)]
+        assert abs(statistics.median(values) - centre) > 0.006  # stuck on a step
+        assert stepped_median(values) == pytest.approx(centre, abs=0.004)
+    smooth = [rng.gauss(100, 5) for _ in range(501)]  # values that do not repeat
+    assert stepped_median(smooth) == statistics.median(smooth)
+    assert stepped_median([1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]) == \
+        statistics.median_grouped([1, 1, 1, 2, 2, 3, 3, 3, 3])

@@ -27,6 +27,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel: the marker between samples
+# Every other marker spins this many cycles more: the two kinds' durations differ by these
+# cycles over the SM clock, which gives the clock the samples ran at (~5 µs at 1980 MHz).
+CLOCK_SPIN_CYCLES = 10_000
+SPIN_HZ = 2e9  # cycles per second a spin is sized with (about the H100/H200 top clock)
+MAX_REST_S = 1e-3
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}  # kineto activity types that are work
 
 
@@ -37,6 +42,9 @@ class TimingPlan:
     min_samples: int = 10
     max_samples: int = 2000
     target_ci: float = 0.005  # stop when the median's 95% CI half-width is this fraction
+    # The GPU idles (one thread spinning) before each call for this multiple of the call's
+    # time, at most MAX_REST_S, so heavy kernels do not drive the board into its power cap.
+    rest_ratio: float = 0.0
 
 
 @dataclass
@@ -52,6 +60,7 @@ class Samples:
     l2_flush_bytes: int = 0
     input_sets: int = 1
     wall_s: float = 0.0
+    sm_mhz: float | None = None  # the SM clock during the samples, from the markers (CUPTI)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,12 +89,38 @@ def quantile(ordered: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def stepped_median(values: list[float], tie_us: float = 0.0025) -> float:
+    """The median, interpolated within the timer's step where the values come in steps.
+
+    CUPTI's durations on the H200 are multiples of about 32 ns, so a 1.3 µs kernel's plain
+    median can only move 2.5% at a time and flips between neighbouring steps from one process
+    to the next. Taking each step as a class of that width, the median is interpolated within
+    its class (the grouped-data median, as `statistics.median_grouped`); values closer than
+    `tie_us` count as one step. Where most values do not repeat, it is the plain median."""
+    ordered = sorted(values)
+    steps: list[list[float]] = []  # [value, count], ascending
+    for value in ordered:
+        if steps and value - steps[-1][0] <= tie_us:
+            steps[-1][1] += 1
+        else:
+            steps.append([value, 1])
+    if len(steps) < 3 or len(steps) > len(ordered) / 2:  # not stepped: the plain median
+        return statistics.median(ordered)
+    half, below, index = len(ordered) / 2, 0, 0
+    while below + steps[index][1] < half:  # the step the middle value falls on
+        below += steps[index][1]
+        index += 1
+    value, count = steps[index]
+    width = min(abs(steps[i][0] - value) for i in (index - 1, index + 1) if 0 <= i < len(steps))
+    return value - width / 2 + width * (half - below) / count
+
+
 def summarise(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     mean = statistics.fmean(ordered)
-    middle, low, high = median_ci(ordered)
+    _, low, high = median_ci(ordered)
     return {
-        "median_us": middle, "p10_us": quantile(ordered, 0.1), "p90_us": quantile(ordered, 0.9),
+        "median_us": stepped_median(ordered), "p10_us": quantile(ordered, 0.1), "p90_us": quantile(ordered, 0.9),
         "mean_us": mean, "cv": (statistics.pstdev(ordered) / mean) if mean > 0 else 0.0,
         "ci_low_us": low, "ci_high_us": high, "samples": len(ordered),
     }
@@ -174,9 +209,11 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
         torch.cuda.synchronize()
         warmup += 1
     per_call_s = (time.perf_counter() - start) / warmup
+    rest_cycles = int(min(plan.rest_ratio * per_call_s, MAX_REST_S) * SPIN_HZ)
 
     device_us: list[float] = []
     host_us: list[float] = []
+    markers: tuple[list[float], list[float]] = ([], [])  # short and long spins' durations
     kernels = streams = 0
     mode = "cupti" if _Cuda.cupti is not False else "events"
     begin = time.perf_counter()
@@ -185,7 +222,7 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
         batch = min(batch, plan.max_samples - len(device_us))
         if mode == "cupti":
             try:
-                got = _cupti_batch(call, sets, batch, len(device_us))
+                got = _cupti_batch(call, sets, batch, len(device_us), rest_cycles)
             except RuntimeError:  # the profiler could not start (another one holds CUPTI?)
                 got = None
             if got is None:  # no kernel records: CUPTI is not usable in this process
@@ -193,11 +230,13 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
                 mode = "events"
                 continue
             _Cuda.cupti = True
-            device, host, count, call_streams = got
+            device, host, count, call_streams, (short, long) = got
             streams = max(streams, call_streams)
+            markers[0].extend(short)
+            markers[1].extend(long)
         else:
             device, host, count = _held_events_batch(call, sets, batch, len(device_us),
-                                                     per_call_s)
+                                                     per_call_s, rest_cycles)
         device_us += device
         host_us += host
         kernels += count
@@ -210,14 +249,25 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
         batch = max(plan.min_samples, int(rate * (plan.max_s - elapsed)))
     return Samples(device_us=device_us, host_us=host_us, mode=mode,
                    kernels_per_call=kernels / max(len(device_us), 1), warmup_calls=warmup,
-                   l2_flush_bytes=_Cuda.flush.numel() * 4, streams=streams)
+                   l2_flush_bytes=_Cuda.flush.numel() * 4, streams=streams,
+                   sm_mhz=spin_clock_mhz(*markers))
 
 
-def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
-                 offset: int) -> tuple[list[float], list[float], int, int] | None:
+def spin_clock_mhz(short_us: list[float], long_us: list[float]) -> float | None:
+    """The SM clock from the markers' durations: the long ones spin CLOCK_SPIN_CYCLES more,
+    so their medians differ by that many cycles (the launch overhead cancels out)."""
+    if len(short_us) < 3 or len(long_us) < 3:
+        return None
+    extra_us = statistics.median(long_us) - statistics.median(short_us)
+    return round(CLOCK_SPIN_CYCLES / extra_us, 1) if extra_us > 0 else None
+
+
+def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
+                 rest_cycles: int = 0
+                 ) -> tuple[list[float], list[float], int, int, tuple[list, list]] | None:
     """Device time per call from CUPTI's records: the activity between two spin markers,
-    less the flush that precedes each marker. Also the kernel count and the most streams
-    one call used."""
+    less the flush that precedes each marker. Also the kernel count, the most streams one
+    call used, and the short and long markers' durations (for the clock)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -226,7 +276,8 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(count):
             _Cuda.flush.zero_()
-            torch.cuda._sleep(1)  # marker: a kernel no version launches
+            # The marker: a kernel no version launches; every other one spins longer.
+            torch.cuda._sleep(1 + rest_cycles + CLOCK_SPIN_CYCLES * ((offset + i) % 2))
             starts[i].record()
             call((offset + i) % sets)
             ends[i].record()
@@ -236,8 +287,10 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
     if len(marks) != count:
         return None
     device: list[float] = []
+    spins: tuple[list[float], list[float]] = ([], [])
     kernels = streams = 0
     for n, mark in enumerate(marks):
+        spins[(offset + n) % 2].append(records[mark].duration_ns() / 1e3)
         # Up to the next marker, less the flush just before it (none after the last call).
         stop = marks[n + 1] - 1 if n + 1 < len(marks) else len(records)
         mine = records[mark + 1:stop]
@@ -245,7 +298,7 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int,
         kernels += len(mine)
         streams = max(streams, len({_stream(e) for e in mine}))
     host = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
-    return device, host, kernels, streams
+    return device, host, kernels, streams, spins
 
 
 def _stream(event: Any) -> int:
@@ -271,7 +324,8 @@ def device_work(prof: Any) -> list[Any]:
 
 
 def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
-                       per_call_s: float) -> tuple[list[float], list[float], int]:
+                       per_call_s: float, rest_cycles: int = 0
+                       ) -> tuple[list[float], list[float], int]:
     """Events around each call, with the stream held by a spin kernel until the whole batch
     is queued, so the GPU runs the calls back to back without waiting for launches."""
     import torch
@@ -279,9 +333,11 @@ def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     # Hold long enough to queue the batch: its launch time is at most its wall time so far.
-    torch.cuda._sleep(int(min(count * per_call_s, 1.0) * 2e9))
+    torch.cuda._sleep(int(min(count * per_call_s, 1.0) * SPIN_HZ))
     for i in range(count):
         _Cuda.flush.zero_()
+        if rest_cycles:
+            torch.cuda._sleep(rest_cycles)
         starts[i].record()
         call((offset + i) % sets)
         ends[i].record()

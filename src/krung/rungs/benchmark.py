@@ -14,6 +14,7 @@ allow for the problem's work is impossible, and fails the rung.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import asdict, replace
 from functools import partial
@@ -205,6 +206,9 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         row["launch_bound"] = host > LAUNCH_BOUND_RATIO * stats["median_us"] + 2.0
         if max(s.streams for s in mine) > 1:  # CUPTI saw the call's work on several streams
             row["streams"] = max(s.streams for s in mine)
+    clocks = [s.sm_mhz for s in mine if s.sm_mhz]
+    if clocks:  # the clock the version's samples ran at, from the timer's markers
+        row["sm_mhz_timed"] = round(statistics.median(clocks))
     if after:
         row["sm_mhz"] = [before["sm_mhz"] if before else None, after["sm_mhz"]]
         warning = clock_warning(before, after)
@@ -237,12 +241,14 @@ def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
 
 
 def _input_sets(ctx: Context, first: tuple) -> int:
+    return input_set_count(nbytes(first), ctx.env.get("l2_bytes") or 0)
+
+
+def input_set_count(set_bytes: int, l2_bytes: int) -> int:
     """Enough input sets that together they outgrow the L2 (at least two, at most eight)."""
-    size = nbytes(first)
-    l2_bytes = ctx.env.get("l2_bytes") or 0
-    if not l2_bytes or size >= l2_bytes:
+    if not l2_bytes or set_bytes >= l2_bytes:
         return 2
-    return min(MAX_INPUT_SETS, max(2, math.ceil(2 * l2_bytes / max(size, 1))))
+    return min(MAX_INPUT_SETS, max(2, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
 
 
 def _check_timed_outputs(ctx: Context, reply: dict[str, Any], sets: list, expected: list,

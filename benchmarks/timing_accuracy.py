@@ -2,17 +2,18 @@
 
 Needs a CUDA GPU. For each workload it prints:
 - truth: CUPTI kernel time of one call with a cold L2, each call isolated by synchronisation
-  (median of 30; summed over the call's kernels);
+  (stepped median of 100; summed over the call's kernels);
 - krung: the figure the benchmark rung reports (`krung.timing.measure` with the rung's plan,
   rotating over as many input sets as the rung would, the stepped median);
 - do_bench and do_bench_cudagraph (Triton, median), a KernelBench-style event loop with an L2
   flush, and ncu's gpu__time_duration (with --ncu);
 each with its error against the truth; then krung's spread over 5 fresh processes (CV of their
-medians) and its wall time per measurement. For the workloads under 10 µs, each process's
+medians), its wall time per measurement, and the SM clock the truth's and krung's calls ran at
+(a compute-bound kernel's time follows it). For the workloads under 10 µs, each process's
 median and the commonest sample values: whether the spread across processes is the median
 flipping between steps of the timer.
 
-    python benchmarks/timing_accuracy.py [--ncu] [--processes 5] [--rest-ratio R]
+    python benchmarks/timing_accuracy.py [--ncu] [--processes 5]
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 
 from krung.rungs.benchmark import GPU_PLAN, input_set_count
-from krung.timing import SPIN_KERNEL, device_work, measure, summarise
+from krung.timing import (
+    CLOCK_SPIN_CYCLES,
+    SPIN_KERNEL,
+    device_work,
+    measure,
+    spin_clock_mhz,
+    stepped_median,
+    summarise,
+)
 
 
 def workloads() -> dict[str, Callable[[], Callable[[], object]]]:
@@ -83,27 +91,31 @@ def workloads() -> dict[str, Callable[[], Callable[[], object]]]:
     }
 
 
-def truth_us(fn: Callable[[], object], flush: torch.Tensor, calls: int = 30) -> float:
-    """CUPTI device time of isolated cold-L2 calls: the reference figure."""
+def truth_us(fn: Callable[[], object], flush: torch.Tensor, calls: int = 100
+             ) -> tuple[float, float | None]:
+    """CUPTI device time of isolated cold-L2 calls: the reference figure (the stepped median,
+    as krung's), and the SM clock they ran at (krung's two marker lengths)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
+        for call in range(calls):
             flush.zero_()
-            torch.cuda._sleep(1)
+            torch.cuda._sleep(1 + CLOCK_SPIN_CYCLES * (call % 2))
             torch.cuda.synchronize()
             fn()
             torch.cuda.synchronize()
     records = device_work(prof)
     marks = [i for i, e in enumerate(records) if SPIN_KERNEL in e.name()]
     per_call = []
+    spins: tuple[list[float], list[float]] = ([], [])
     for n, mark in enumerate(marks):
         stop = marks[n + 1] - 1 if n + 1 < len(marks) else len(records)
         per_call.append(sum(e.duration_ns() for e in records[mark + 1:stop]) / 1e3)
-    return statistics.median(per_call)
+        spins[n % 2].append(records[mark].duration_ns() / 1e3)
+    return stepped_median(per_call), spin_clock_mhz(*spins)
 
 
 def events_loop_us(fn: Callable[[], object], flush: torch.Tensor, iters: int = 100) -> float:
@@ -120,8 +132,8 @@ def events_loop_us(fn: Callable[[], object], flush: torch.Tensor, iters: int = 1
     return statistics.median(times)
 
 
-def krung_us(build: Callable[[], Callable[[], object]], rest_ratio: float
-             ) -> tuple[float, float, str, list[float], int]:
+def krung_us(build: Callable[[], Callable[[], object]]
+             ) -> tuple[float, float, str, list[float], int, float | None]:
     """krung's figure as the benchmark rung takes it: its plan, and as many input sets as it
     would rotate over (each `build()` makes fresh inputs)."""
     before = torch.cuda.memory_allocated()
@@ -129,16 +141,15 @@ def krung_us(build: Callable[[], Callable[[], object]], rest_ratio: float
     set_bytes = torch.cuda.memory_allocated() - before
     sets = input_set_count(set_bytes, torch.cuda.get_device_properties(0).L2_cache_size)
     calls += [build() for _ in range(sets - 1)]
-    plan = replace(GPU_PLAN, rest_ratio=rest_ratio)
-    samples = measure(lambda i: calls[i](), sets, "cuda", plan)
+    samples = measure(lambda i: calls[i](), sets, "cuda", GPU_PLAN)
     return (summarise(samples.device_us)["median_us"], samples.wall_s, samples.mode,
-            samples.device_us, sets)
+            samples.device_us, sets, samples.sm_mhz)
 
 
-def one_process(names: list[str], rest_ratio: float) -> dict[str, list[float]]:
+def one_process(names: list[str]) -> dict[str, list[float]]:
     """krung's figure and wall time per workload, in this (fresh) process."""
     builders = workloads()
-    return {name: list(krung_us(builders[name], rest_ratio)[:2]) for name in names}
+    return {name: list(krung_us(builders[name])[:2]) for name in names}
 
 
 def commonest(samples: list[float], top: int = 4) -> str:
@@ -197,9 +208,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ncu", action="store_true", help="also run ncu (slow)")
     parser.add_argument("--processes", type=int, default=5)
-    parser.add_argument("--rest-ratio", type=float, default=GPU_PLAN.rest_ratio,
-                        help="krung's rest before each call, in calls' times (the rung's: "
-                             f"{GPU_PLAN.rest_ratio})")
     parser.add_argument("--one-process", help=argparse.SUPPRESS)
     parser.add_argument("--ncu-target", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -207,7 +215,7 @@ def main() -> None:
         return ncu_target()
     names = list(workloads())
     if args.one_process:
-        print(json.dumps(one_process(json.loads(args.one_process), args.rest_ratio)))
+        print(json.dumps(one_process(json.loads(args.one_process))))
         return None
 
     import triton.testing
@@ -216,10 +224,11 @@ def main() -> None:
                         dtype=torch.int32, device="cuda")
     table = {}
     for name, build in workloads().items():
-        krung_median, wall, mode, samples, sets = krung_us(build, args.rest_ratio)
+        krung_median, wall, mode, samples, sets, krung_mhz = krung_us(build)
         fn = build()
+        truth, truth_mhz = truth_us(fn, flush)
         table[name] = {
-            "truth": truth_us(fn, flush),
+            "truth": truth, "clocks": (truth_mhz, krung_mhz),
             "krung": krung_median,
             "do_bench": triton.testing.do_bench(fn, return_mode="median") * 1e3,
             "cudagraph": triton.testing.do_bench_cudagraph(fn, return_mode="median") * 1e3,
@@ -229,18 +238,17 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     medians: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.processes):
-        done = subprocess.run([sys.executable, __file__, "--one-process", json.dumps(names),
-                               "--rest-ratio", str(args.rest_ratio)],
+        done = subprocess.run([sys.executable, __file__, "--one-process", json.dumps(names)],
                               capture_output=True, text=True, env=env, check=True)
         for name, (median, _wall) in json.loads(done.stdout.strip().splitlines()[-1]).items():
             medians[name].append(median)
 
     device = torch.cuda.get_device_name()
-    print(f"timing accuracy on {device}, torch {torch.__version__}, errors against CUPTI truth; "
-          f"krung rests {args.rest_ratio}x the call before each")
+    print(f"timing accuracy on {device}, torch {torch.__version__}, errors against CUPTI truth")
     methods = ["krung", "do_bench", "cudagraph", "events"]
     header = f"{'workload':<26} {'truth us':>9} " + " ".join(f"{m:>17}" for m in methods)
-    print(header + f" {'krung CV/5 proc':>15} {'wall s':>7} {'sets':>4} mode")
+    print(header + f" {'krung CV/5 proc':>15} {'wall s':>7} {'sets':>4} {'MHz truth/krung':>15}"
+          " mode")
     for name, row in table.items():
         cells = []
         for method in methods:
@@ -252,9 +260,10 @@ def main() -> None:
             cells.append(f"{value:>9.2f} ({error:+5.1f}%)")
         spread = medians[name]
         cv = statistics.pstdev(spread) / statistics.fmean(spread) if len(spread) > 1 else 0.0
+        clocks = "/".join(f"{mhz:.0f}" if mhz else "-" for mhz in row["clocks"])
         print(f"{name:<26} {row['truth']:>9.2f} " + " ".join(cells) +
-              f" {100 * cv:>14.2f}% {row['wall_s']:>7.2f} {row['sets']:>4} {row['mode']}",
-              flush=True)
+              f" {100 * cv:>14.2f}% {row['wall_s']:>7.2f} {row['sets']:>4} {clocks:>15} "
+              f"{row['mode']}", flush=True)
     print(f"\n{'workload':<26} {'krung medians per process, us':<40} commonest samples")
     for name, row in table.items():
         if row["truth"] < 10:  # where a step of the timer is a large share of the time

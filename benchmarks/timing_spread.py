@@ -7,8 +7,7 @@ to the next. A bf16 matmul's time follows the SM clock, which drops by several %
 work before it (the reference's round, another case) has drawn the board toward its power
 cap. This runs `krung.timing.measure` in several fresh processes per workload: on one input
 set first thing (a rested board), then on as many sets as the rung would use after 0.3 s of
-back-to-back calls, with no rest before each call, and with the GPU idle for once and twice
-the call's time before each (`TimingPlan.rest_ratio`). Per process it prints the median,
+back-to-back calls (as the version's round follows the reference's). Per process it prints the median,
 krung's stepped median (interpolated within the timer's step), the mean and the
 interquartile mean (the mean of the middle half, which steps do not quantise and outliers do
 not move), the SM clock during the samples (from krung's markers) and NVML's after; then each
@@ -20,7 +19,6 @@ figure's spread (CV) across the processes. `--save` keeps every sample.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -33,7 +31,7 @@ import torch
 
 from krung.device import clock_state
 from krung.rungs.benchmark import GPU_PLAN, input_set_count  # what the benchmark rung uses
-from krung.timing import TimingPlan, measure, stepped_median
+from krung.timing import measure, stepped_median
 
 STATISTICS = ("median", "stepped", "mean", "iqm")
 HEAT_S = 0.3  # back-to-back calls before an arrangement, as the reference's round would be
@@ -76,8 +74,8 @@ def heat(calls: list[Callable[[], object]]) -> None:
         torch.cuda.synchronize()
 
 
-def figures(calls: list[Callable[[], object]], plan: TimingPlan = GPU_PLAN) -> dict[str, float]:
-    taken = measure(lambda i: calls[i](), len(calls), "cuda", plan)
+def figures(calls: list[Callable[[], object]]) -> dict[str, float]:
+    taken = measure(lambda i: calls[i](), len(calls), "cuda", GPU_PLAN)
     samples = taken.device_us
     return {"median": statistics.median(samples), "stepped": stepped_median(samples),
             "mean": statistics.fmean(samples),
@@ -91,12 +89,9 @@ def one_process() -> dict[str, dict[str, dict[str, float]]]:
     for name, build in workloads().items():
         first, nbytes = build()
         rotated = [first] + [build()[0] for _ in range(rung_sets(nbytes) - 1)]
-        sets = f"{len(rotated)} sets"
         out[name] = {"1 set": figures([first])}
-        for label, ratio in ((sets, 0.0), (f"{sets}, rest 1x", 1.0), (f"{sets}, rest 2x", 2.0)):
-            heat(rotated)
-            out[name][f"{label}, after heat"] = figures(
-                rotated, dataclasses.replace(GPU_PLAN, rest_ratio=ratio))
+        heat(rotated)
+        out[name][f"{len(rotated)} sets, after heat"] = figures(rotated)
     return out
 
 

@@ -145,3 +145,21 @@ def test_a_gpu_run_says_how_far_it_is_from_the_roofline_and_whether_to_stop(tmp_
     assert verdict(runs["v5"]) == f"OK  run {runs['v5'].run_id}: every rung passed"
     assert verdict(runs["v6_suspect"]) == f"FAILED  run {runs['v6_suspect'].run_id}: " \
         "roofline failed"
+
+
+def test_a_case_timed_well_under_the_top_clock_says_so():
+    def summary(timed_mhz: int) -> str:
+        row = {"case": "n=4096", "median_us": 181.5, "p10_us": 180.0, "p90_us": 184.0,
+               "ref_median_us": 190.0, "speedup": 1.05, "sm_mhz_timed": timed_mhz,
+               "sm_max_mhz": 1980}
+        run = Run(run_id="abcd1234", problem="p", problem_path="/p", solution="/v/k.py",
+                  source_sha256="0" * 64, device="cuda",
+                  rungs=[RungResult("benchmark", Status.OK,
+                                    figures={"timer": "cupti", "geomean_us": 181.5,
+                                             "speedup": 1.05, "per_case": [row]})])
+        return agent_summary(run)
+
+    slow = check_shape(summary(1707))
+    case = next(line for line in slow if line.startswith("  n=4096: "))
+    assert case.endswith("; timed at 1707 MHz, 14% under the top clock")
+    assert "under the top clock" not in summary(1990)

@@ -142,6 +142,13 @@ def test_the_likely_limiter_from_what_the_benchmark_saw():
                                              "measurement"})
     assert hot.endswith("; the GPU was throttling (hw_thermal) after the measurement: part of "
                         "the gap may be the clock's")
+    slow = _limiter(3000.0, {"sm_mhz_timed": 1707, "sm_max_mhz": 1980})
+    assert "the samples ran at 1707 MHz, 14% under the top clock (1980 MHz)" in slow
+    assert "under the top clock" not in _limiter(3000.0, {"sm_mhz_timed": 2003,
+                                                          "sm_max_mhz": 1980})
+    assert "under the top clock" not in _limiter(1600.0, {"sm_mhz_timed": 1707,
+                                                          "sm_max_mhz": 1980},
+                                                 work=ADD_256M, precision="fp32")
     capped = _limiter(3000.0, {"power_capped": True})
     assert capped.endswith("the GPU was at its power limit (sw_power_cap): sustained heavy math "
                            "runs at a lower clock than the short-run peak, so part of the gap "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 import time
@@ -75,6 +76,7 @@ def test_the_clock_comes_from_the_two_marker_lengths():
     assert spin_clock_mhz(short, long) == pytest.approx(mhz, rel=0.01)
     assert spin_clock_mhz(short[:2], long[:2]) is None  # too few to say
     assert spin_clock_mhz(long, short) is None  # the long ones shorter: no clock
+    assert spin_clock_mhz(short, [t + 1e-4 for t in short]) is None  # 100 GHz: disturbed
 
 
 def test_enough_input_sets_to_outgrow_the_l2():
@@ -97,3 +99,21 @@ def test_the_stepped_median_sees_through_the_timers_steps():
     assert stepped_median(smooth) == statistics.median(smooth)
     assert stepped_median([1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]) == \
         statistics.median_grouped([1, 1, 1, 2, 2, 3, 3, 3, 3])
+
+
+def test_the_interval_of_a_stepped_median_is_stepped_too():
+    rng = random.Random()
+    step = 0.032
+    base = step * rng.randint(35, 45)
+    # Most samples on one step: the plain order statistics would give an interval of zero
+    # width, and the sampling would stop while the median still moves within the step.
+    values = [base] * 60 + [base + step] * 30 + [base - step] * 10
+    rng.shuffle(values)
+    middle, low, high = median_ci(values)
+    assert low < middle < high
+    assert 0 < ci_fraction(values) < 0.01
+    assert summarise(values)["median_us"] == middle == stepped_median(values)
+    # On two steps the figure moves smoothly as samples move between them, not by a step.
+    shares = [stepped_median([base] * (100 - k) + [base + step] * k) for k in (40, 45, 50, 55)]
+    assert shares == sorted(shares)
+    assert all(0 < b - a < step / 4 for a, b in itertools.pairwise(shares))

@@ -24,6 +24,9 @@ _THROTTLES = {
 # so a clock held down by it is the speed that work really gets, not a fault of the reading.
 _POWER_CAP = {0x4: "sw_power_cap"}
 POWER_CAPPED_FLOOR = 0.7  # of the maximum SM clock: below it, a clock warning all the same
+# Below this share of the board's top clock (NVML's), the clock a case's samples ran at
+# (the timer's markers, which read up to ~1% above NVML on the H200) is named beside its time.
+SLOW_CLOCK = 0.95
 _INFORMATIONAL = {0x1: "idle", 0x2: "applications_clocks", 0x10: "sync_boost",
                   0x100: "display_clocks"}
 

@@ -220,7 +220,8 @@ def _run_section(entry: history_tree.Entry, folder: Path | None, page_dir: Path,
     parts.append(_error_figures(run.rung("correctness")))
     parts.append(_case_table(run.rung("benchmark"), "bench cases",
                              ["median_us", "p10_us", "p90_us", "ci_pct", "ref_median_us",
-                              "speedup", "timer", "kernels_per_call", "launch_bound"]))
+                              "speedup", "timer", "kernels_per_call", "launch_bound",
+                              "sm_mhz_timed"]))
     parts.append(_case_table(run.rung("roofline"), "roofline per bench case",
                              ["precision", "median_us", "roofline_us", "tflops", "gbps",
                               "intensity", "bound", "ceiling", "pct", "verdict"]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from krung.device import SLOW_CLOCK
 from krung.results import Run, RungResult, Status, format_value
 
 if TYPE_CHECKING:  # rich is imported where a table is drawn: the API stays light to import
@@ -96,7 +97,7 @@ _COLUMNS = {
     "correctness": ["passed", "seeds", "max_abs_err", "max_rel_err", "psnr_db", "cossim",
                     "mismatches"],
     "benchmark": ["median_us", "p10_us", "p90_us", "ci_pct", "samples", "ref_median_us",
-                  "speedup", "timer", "host_median_us"],
+                  "speedup", "timer", "host_median_us", "sm_mhz_timed"],
     "roofline": ["median_us", "roofline_us", "tflops", "gbps", "intensity", "bound", "ceiling",
                  "pct", "verdict"],
 }
@@ -285,6 +286,15 @@ def _profile_lines(rung: RungResult | None) -> list[str]:
     return lines
 
 
+def _slow_clock(row: dict) -> str:
+    """The clock a case's samples ran at, where it was well under the top clock: a
+    compute-bound time measured then is longer by as much."""
+    timed, top = row.get("sm_mhz_timed"), row.get("sm_max_mhz")
+    if not timed or not top or timed >= SLOW_CLOCK * top:
+        return ""
+    return f"; timed at {timed} MHz, {1 - timed / top:.0%} under the top clock"
+
+
 def _benchmark_lines(rung: RungResult | None) -> list[str]:
     if rung is None or not rung.ok:
         return []
@@ -303,7 +313,8 @@ def _benchmark_lines(rung: RungResult | None) -> list[str]:
                      + (f"; torch.compile {format_value(row['compiled_median_us'])} us, "
                         f"speedup {format_value(row.get('speedup_vs_compiled'))}x"
                         if "compiled_median_us" in row else "")
-                     + (f"; autotuned {row['config']}" if row.get("config") else ""))
+                     + (f"; autotuned {row['config']}" if row.get("config") else "")
+                     + _slow_clock(row))
     if len(rows) > AGENT_CASES:
         lines.append(f"  ... {len(rows) - AGENT_CASES} more case(s)")
     if f.get("compiled_error"):

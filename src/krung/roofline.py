@@ -19,6 +19,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from krung.device import SLOW_CLOCK
+
 DEFAULT_THRESHOLD_PCT = 90.0
 # Measured ceilings carry noise, and kernels that mostly read can beat a copy's bandwidth by
 # a few percent: only a time more than this far past the roofline is suspect.
@@ -236,6 +238,11 @@ def likely_limiter(point: Point, bench_row: dict[str, Any] | None = None,
         reasons.append(_position_reason(point))
     if row.get("clock_warning"):
         reasons.append(f"{row['clock_warning']}: part of the gap may be the clock's")
+    timed, top = _number(row.get("sm_mhz_timed")), _number(row.get("sm_max_mhz"))
+    if point.bound == "compute" and timed and top and timed < SLOW_CLOCK * top:
+        reasons.append(f"the samples ran at {timed:.0f} MHz, {1 - timed / top:.0%} under the "
+                       f"top clock ({top:.0f} MHz): compute-bound time grows as the clock "
+                       "drops")
     if row.get("power_capped") and point.bound == "compute":
         reasons.append("the GPU was at its power limit (sw_power_cap): sustained heavy math "
                        "runs at a lower clock than the short-run peak, so part of the gap is "

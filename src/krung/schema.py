@@ -60,7 +60,10 @@ _FIGURES: dict[str, dict[str, Any]] = {
             "type": "object", "required": ["case", "median_us", "ref_median_us", "speedup"],
             "properties": {"case": _CASE, "median_us": _NUMBER, "p10_us": _NUMBER,
                            "p90_us": _NUMBER, "cv": _NUMBER, "samples": {"type": "integer"},
-                           "ref_median_us": _NUMBER, "speedup": _NUMBER}}},
+                           "ref_median_us": _NUMBER, "speedup": _NUMBER,
+                           "sm_mhz_timed": {**_NUMBER, "description": "the SM clock the "
+                                            "samples ran at (MHz, from the timer's markers)"}
+                           }}},
     },
     "roofline": {
         "verdict": {"type": "string", "enum": ["at-roofline", "below", "suspect"],

@@ -18,6 +18,7 @@ wall-clock time per call, the same statistics, labelled `cpu-wall`.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import threading
@@ -30,8 +31,8 @@ SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel: the marker between sa
 # Every other marker spins this many cycles more: the two kinds' durations differ by these
 # cycles over the SM clock, which gives the clock the samples ran at (~5 µs at 1980 MHz).
 CLOCK_SPIN_CYCLES = 10_000
+CLOCK_MHZ_RANGE = (100.0, 4000.0)  # outside it, the markers' durations were disturbed
 SPIN_HZ = 2e9  # cycles per second a spin is sized with (about the H100/H200 top clock)
-MAX_REST_S = 1e-3
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}  # kineto activity types that are work
 
 
@@ -42,9 +43,6 @@ class TimingPlan:
     min_samples: int = 10
     max_samples: int = 2000
     target_ci: float = 0.005  # stop when the median's 95% CI half-width is this fraction
-    # The GPU idles (one thread spinning) before each call for this multiple of the call's
-    # time, at most MAX_REST_S, so heavy kernels do not drive the board into its power cap.
-    rest_ratio: float = 0.0
 
 
 @dataclass
@@ -67,10 +65,17 @@ class Samples:
 
 
 def median_ci(values: list[float]) -> tuple[float, float, float]:
-    """The median and a distribution-free 95% confidence interval for it (order statistics)."""
+    """The median and a distribution-free 95% confidence interval for it (the order statistics
+    at ranks n/2 ± 1.96·√n/2), all three interpolated within the timer's steps where the
+    values come in steps (`stepped_median`)."""
     ordered = sorted(values)
     n = len(ordered)
     half = 1.96 * math.sqrt(n) / 2
+    steps = _steps(ordered)
+    if steps is not None:
+        width = min(b[0] - a[0] for a, b in itertools.pairwise(steps))
+        return (_at_rank(steps, width, n / 2), _at_rank(steps, width, max(0.0, n / 2 - half)),
+                _at_rank(steps, width, min(float(n), n / 2 + half)))
     low = max(0, math.floor(n / 2 - half))
     high = min(n - 1, math.ceil(n / 2 + half))
     return statistics.median(ordered), ordered[low], ordered[high]
@@ -89,38 +94,45 @@ def quantile(ordered: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def stepped_median(values: list[float], tie_us: float = 0.0025) -> float:
+def stepped_median(values: list[float]) -> float:
     """The median, interpolated within the timer's step where the values come in steps.
 
     CUPTI's durations on the H200 are multiples of about 32 ns, so a 1.3 µs kernel's plain
     median can only move 2.5% at a time and flips between neighbouring steps from one process
-    to the next. Taking each step as a class of that width, the median is interpolated within
-    its class (the grouped-data median, as `statistics.median_grouped`); values closer than
-    `tie_us` count as one step. Where most values do not repeat, it is the plain median."""
-    ordered = sorted(values)
-    steps: list[list[float]] = []  # [value, count], ascending
+    to the next. Taking each step as a class as wide as the timer's step (the narrowest gap
+    between two steps), the median is interpolated within its class (the grouped-data median,
+    as `statistics.median_grouped`). Where most values do not repeat, it is the plain median."""
+    return median_ci(values)[0]
+
+
+def _steps(ordered: list[float], tie_us: float = 0.0025) -> list[list[float]] | None:
+    """The distinct values as [value, count], ascending (values within `tie_us` of a step's
+    first value count as that step); None where they do not come in steps."""
+    steps: list[list[float]] = []
     for value in ordered:
         if steps and value - steps[-1][0] <= tie_us:
             steps[-1][1] += 1
         else:
             steps.append([value, 1])
-    if len(steps) < 3 or len(steps) > len(ordered) / 2:  # not stepped: the plain median
-        return statistics.median(ordered)
-    half, below, index = len(ordered) / 2, 0, 0
-    while below + steps[index][1] < half:  # the step the middle value falls on
+    return steps if 2 <= len(steps) <= len(ordered) / 2 else None
+
+
+def _at_rank(steps: list[list[float]], width: float, rank: float) -> float:
+    """The value at `rank` (0 to n), each step's count spread evenly over its class."""
+    below, index = 0.0, 0
+    while index < len(steps) - 1 and below + steps[index][1] < rank:
         below += steps[index][1]
         index += 1
     value, count = steps[index]
-    width = min(abs(steps[i][0] - value) for i in (index - 1, index + 1) if 0 <= i < len(steps))
-    return value - width / 2 + width * (half - below) / count
+    return value - width / 2 + width * (rank - below) / count
 
 
 def summarise(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     mean = statistics.fmean(ordered)
-    _, low, high = median_ci(ordered)
+    middle, low, high = median_ci(ordered)
     return {
-        "median_us": stepped_median(ordered), "p10_us": quantile(ordered, 0.1), "p90_us": quantile(ordered, 0.9),
+        "median_us": middle, "p10_us": quantile(ordered, 0.1), "p90_us": quantile(ordered, 0.9),
         "mean_us": mean, "cv": (statistics.pstdev(ordered) / mean) if mean > 0 else 0.0,
         "ci_low_us": low, "ci_high_us": high, "samples": len(ordered),
     }
@@ -161,11 +173,12 @@ def _measure_cpu(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sam
 
 class _Cuda:
     """Per-process GPU state for timing: the flush buffer, whether CUPTI works here, and the
-    thread warming the profiler up."""
+    profiler's start (in a background thread, or done)."""
 
     flush: Any = None
     cupti: bool | None = None  # None: not tried yet
     warming: threading.Thread | None = None
+    warm: bool = False
 
 
 def warm_profiler() -> None:
@@ -173,29 +186,37 @@ def warm_profiler() -> None:
     and kineto loading: seconds) is paid while the process does other work, not inside the
     first measurement. `measure` waits for it. Not for a process under ncu or
     compute-sanitizer, whose own instrumentation CUPTI would collide with."""
-    if _Cuda.warming is not None:
-        return
+    if _Cuda.warming is None and not _Cuda.warm:
+        _Cuda.warming = threading.Thread(target=_start_profiler, name="krung-profiler-warmup",
+                                         daemon=True)
+        _Cuda.warming.start()
 
-    def warm() -> None:
-        import torch
-        from torch.profiler import ProfilerActivity, profile
 
-        try:
-            with profile(activities=[ProfilerActivity.CUDA]):
-                torch.cuda._sleep(1)
-                torch.cuda.synchronize()
-        except RuntimeError:  # no CUPTI here: `measure` finds that out and uses events
-            pass
+def _start_profiler() -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
 
-    _Cuda.warming = threading.Thread(target=warm, name="krung-profiler-warmup", daemon=True)
-    _Cuda.warming.start()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]):
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+    except RuntimeError:  # no CUPTI here: `measure` finds that out and uses events
+        pass
+    _Cuda.warm = True
 
 
 def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Samples:
     import torch
 
+    # The profiler's first start takes seconds: paid here, not inside the time cap, where it
+    # left the first measurement of a process 10 samples (a 1.3 µs kernel's median then
+    # spread 3-4% across processes on the H200).
     if _Cuda.warming is not None:
         _Cuda.warming.join(timeout=60.0)
+        if _Cuda.warming.is_alive():  # a minute and the profiler has not started: no CUPTI,
+            _Cuda.cupti = False  # and no second session beside the one still starting
+    if not _Cuda.warm and _Cuda.cupti is not False:
+        _start_profiler()
     if _Cuda.flush is None:
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         # Writing twice the L2's size evicts whatever the previous call left there.
@@ -209,7 +230,6 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
         torch.cuda.synchronize()
         warmup += 1
     per_call_s = (time.perf_counter() - start) / warmup
-    rest_cycles = int(min(plan.rest_ratio * per_call_s, MAX_REST_S) * SPIN_HZ)
 
     device_us: list[float] = []
     host_us: list[float] = []
@@ -222,7 +242,7 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
         batch = min(batch, plan.max_samples - len(device_us))
         if mode == "cupti":
             try:
-                got = _cupti_batch(call, sets, batch, len(device_us), rest_cycles)
+                got = _cupti_batch(call, sets, batch, len(device_us))
             except RuntimeError:  # the profiler could not start (another one holds CUPTI?)
                 got = None
             if got is None:  # no kernel records: CUPTI is not usable in this process
@@ -236,7 +256,7 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
             markers[1].extend(long)
         else:
             device, host, count = _held_events_batch(call, sets, batch, len(device_us),
-                                                     per_call_s, rest_cycles)
+                                                     per_call_s)
         device_us += device
         host_us += host
         kernels += count
@@ -258,12 +278,12 @@ def spin_clock_mhz(short_us: list[float], long_us: list[float]) -> float | None:
     so their medians differ by that many cycles (the launch overhead cancels out)."""
     if len(short_us) < 3 or len(long_us) < 3:
         return None
-    extra_us = statistics.median(long_us) - statistics.median(short_us)
-    return round(CLOCK_SPIN_CYCLES / extra_us, 1) if extra_us > 0 else None
+    extra_us = stepped_median(long_us) - stepped_median(short_us)  # durations come in steps
+    mhz = CLOCK_SPIN_CYCLES / extra_us if extra_us > 0 else 0.0
+    return round(mhz, 1) if CLOCK_MHZ_RANGE[0] <= mhz <= CLOCK_MHZ_RANGE[1] else None
 
 
-def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
-                 rest_cycles: int = 0
+def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int
                  ) -> tuple[list[float], list[float], int, int, tuple[list, list]] | None:
     """Device time per call from CUPTI's records: the activity between two spin markers,
     less the flush that precedes each marker. Also the kernel count, the most streams one
@@ -277,7 +297,7 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
         for i in range(count):
             _Cuda.flush.zero_()
             # The marker: a kernel no version launches; every other one spins longer.
-            torch.cuda._sleep(1 + rest_cycles + CLOCK_SPIN_CYCLES * ((offset + i) % 2))
+            torch.cuda._sleep(1 + CLOCK_SPIN_CYCLES * ((offset + i) % 2))
             starts[i].record()
             call((offset + i) % sets)
             ends[i].record()
@@ -324,8 +344,7 @@ def device_work(prof: Any) -> list[Any]:
 
 
 def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
-                       per_call_s: float, rest_cycles: int = 0
-                       ) -> tuple[list[float], list[float], int]:
+                       per_call_s: float) -> tuple[list[float], list[float], int]:
     """Events around each call, with the stream held by a spin kernel until the whole batch
     is queued, so the GPU runs the calls back to back without waiting for launches."""
     import torch
@@ -336,8 +355,6 @@ def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset
     torch.cuda._sleep(int(min(count * per_call_s, 1.0) * SPIN_HZ))
     for i in range(count):
         _Cuda.flush.zero_()
-        if rest_cycles:
-            torch.cuda._sleep(rest_cycles)
         starts[i].record()
         call((offset + i) % sets)
         ends[i].record()

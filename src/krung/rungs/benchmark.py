@@ -211,6 +211,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         row["sm_mhz_timed"] = round(statistics.median(clocks))
     if after:
         row["sm_mhz"] = [before["sm_mhz"] if before else None, after["sm_mhz"]]
+        row["sm_max_mhz"] = after["sm_max_mhz"]
         warning = clock_warning(before, after)
         if warning:
             row["clock_warning"] = warning

@@ -1,4 +1,4 @@
-"""What krung's @triton.autotune hook (krung.artifacts.launches) adds to each call.
+"""What krung's @triton.autotune hook (krung.worker.launches) adds to each call.
 
 An autotuned kernel is tuned once for its key (for real, under Triton's interpreter: no GPU
 needed), then called as the benchmark rung's timed calls call it, first without the hook,
@@ -46,8 +46,8 @@ def main() -> None:
         sys.exit("run with TRITON_INTERPRET=1 (the kernel runs under Triton's interpreter)")
     import torch
 
-    from krung.artifacts import launches
-    from krung.interpreter import fix_autotune
+    from krung.worker import launches
+    from krung.worker.interpreter import fix_autotune
 
     fix_autotune()
     folder = Path(tempfile.mkdtemp())

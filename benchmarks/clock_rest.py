@@ -5,7 +5,7 @@ A bf16 matmul's time follows the SM clock, and the clock follows the power the b
 over the last moments: measured right after other heavy work (the reference's round, the
 previous bench case), the same kernel times several % slower than after a rest. For each
 workload this heats the board with `--heat` seconds of back-to-back calls, rests r seconds
-while polling NVML every 50 ms, then takes one `krung.timing.measure` as the benchmark rung
+while polling NVML every 50 ms, then takes one `krung.worker.timing.measure` as the benchmark rung
 does (its plan, 2 input sets). It prints the median, the SM clock during the samples (from
 krung's markers), NVML's clock, power and cap at the end of the rest, and when in the rest
 NVML first showed the board at its top clock and not capped.
@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import torch
 
-from krung.device import clock_state
-from krung.rungs.benchmark import GPU_PLAN
-from krung.timing import measure
+from krung.judge.device import clock_state
+from krung.judge.rungs.benchmark import GPU_PLAN
+from krung.worker.timing import measure
 
 RESTS_S = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
 POLL_S = 0.05

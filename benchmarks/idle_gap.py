@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from krung.device import clock_state
-from krung.timing import SPIN_KERNEL, device_work
+from krung.judge.device import clock_state
+from krung.worker.timing import SPIN_KERNEL, device_work
 
 PROBE_CYCLES = 20_000  # about 10 us at 2 GHz
 QUEUE_CYCLES = 400_000  # about 200 us: long enough to queue the next launch behind it

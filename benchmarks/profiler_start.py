@@ -2,9 +2,9 @@
 in a background thread takes that cost off the benchmark rung's path.
 
 Needs a CUDA GPU. Each scenario runs in a fresh process and prints the wall time of
-`krung.timing.measure` on a small kernel (the benchmark rung's first measurement):
+`krung.worker.timing.measure` on a small kernel (the benchmark rung's first measurement):
 - cold: the profiler's first session is that measurement's;
-- warmed: `krung.timing.warm_profiler()` started first, then 3 s of other GPU work in the
+- warmed: `krung.worker.timing.warm_profiler()` started first, then 3 s of other GPU work in the
   main thread (the correctness rung's place), then the measurement;
 - and, for reference, a second measurement in the cold process.
 
@@ -22,7 +22,7 @@ import time
 def scenario(warm: bool) -> dict[str, float]:
     import torch
 
-    from krung.timing import TimingPlan, measure, warm_profiler
+    from krung.worker.timing import TimingPlan, measure, warm_profiler
 
     a, b = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
     torch.cuda.synchronize()

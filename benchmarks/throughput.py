@@ -47,7 +47,7 @@ def main() -> None:
     counts = [int(s) for s in args.slots.split(",")]
     gpus = None
     if args.gpus:
-        from krung.scale.local import visible_gpus
+        from krung.host.scale.local import visible_gpus
 
         gpus = visible_gpus() if args.gpus == "all" else args.gpus.split(",")
         counts = [c for c in counts if c <= len(gpus)]

@@ -3,7 +3,7 @@
 Needs a CUDA GPU. For each workload it prints:
 - truth: CUPTI kernel time of one call with a cold L2, each call isolated by synchronisation
   (stepped median of 100; summed over the call's kernels);
-- krung: the figure the benchmark rung reports (`krung.timing.measure` with the rung's plan,
+- krung: the figure the benchmark rung reports (`krung.worker.timing.measure` with the rung's plan,
   rotating over as many input sets as the rung would, the stepped median);
 - do_bench and do_bench_cudagraph (Triton, median), a KernelBench-style event loop with an L2
   flush, and ncu's gpu__time_duration (with --ncu);
@@ -32,8 +32,8 @@ from collections.abc import Callable
 
 import torch
 
-from krung.rungs.benchmark import GPU_PLAN, input_set_count
-from krung.timing import (
+from krung.judge.rungs.benchmark import GPU_PLAN, input_set_count
+from krung.worker.timing import (
     CLOCK_SPIN_CYCLES,
     SPIN_KERNEL,
     device_work,

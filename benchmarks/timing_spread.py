@@ -5,7 +5,7 @@ CUPTI's kernel durations on the H200 come in steps of about 32 ns, so the median
 kernel's samples can only move by 2.5% at a time, and it flips between steps from one process
 to the next. A bf16 matmul's time follows the SM clock, which drops by several % once heavy
 work before it (the reference's round, another case) has drawn the board toward its power
-cap. This runs `krung.timing.measure` in several fresh processes per workload: on one input
+cap. This runs `krung.worker.timing.measure` in several fresh processes per workload: on one input
 set first thing (a rested board), then on as many sets as the rung would use after 0.3 s of
 back-to-back calls (as the version's round follows the reference's). Per process it prints the median,
 krung's stepped median (interpolated within the timer's step), the mean and the
@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import torch
 
-from krung.device import clock_state
-from krung.rungs.benchmark import GPU_PLAN, input_set_count  # what the benchmark rung uses
-from krung.timing import measure, stepped_median
+from krung.judge.device import clock_state
+from krung.judge.rungs.benchmark import GPU_PLAN, input_set_count  # what the benchmark rung uses
+from krung.worker.timing import measure, stepped_median
 
 STATISTICS = ("median", "stepped", "mean", "iqm")
 HEAT_S = 0.3  # back-to-back calls before an arrangement, as the reference's round would be

@@ -4,10 +4,10 @@ must run where there is no GPU."""
 
 from __future__ import annotations
 
-from krung.results import Run, RungResult, Status
-from krung.roofline import Ceilings
-from krung.rungs.roofline import case_figures, ceilings_table, summarise
-from krung.store import Store
+from krung.host.store import Store
+from krung.judge.rungs.roofline import case_figures, ceilings_table, summarise
+from krung.judge.rungs.roofline.model import Ceilings
+from krung.protocol.results import Run, RungResult, Status
 
 H200 = "NVIDIA H200"
 # Ceilings of the order measured on an H200 (copy ~4.3 TB/s, bf16 ~790 TFLOP/s).

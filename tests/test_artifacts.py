@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import krung
-from krung.artifacts.inspect import inspect
+from krung.judge.rungs.artifacts.inspect import inspect
 from tests.conftest import PROBLEMS
 
 pytest.importorskip("triton")
@@ -323,7 +323,7 @@ def scale(X: T.Tensor((4096,), "float32"), Y: T.Tensor((4096,), "float32")):
 
 kernels = [tilelang.compile(scale, out_idx=[-1], target={"kind": "cuda", "arch": arch})
            for arch in ("sm_90a", "sm_80")]
-from krung.artifacts import tilelang_kernels
+from krung.worker import tilelang_kernels
 print(json.dumps(tilelang_kernels.dump(Path(sys.argv[1]), kernels)))  # a GPU would call them
 '''
 

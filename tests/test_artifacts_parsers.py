@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from krung.artifacts import resources, sass, tools
+from krung.judge.rungs.artifacts import resources, sass, tools
 
 KERNELS = r"""
 #include <mma.h>
@@ -89,7 +89,7 @@ def test_ptxas_report_and_cubin_resources_agree(built):
 
 
 def test_ptx_block_size_from_launch_bounds(built):
-    from krung.artifacts.inspect import _ptx_block_sizes
+    from krung.judge.rungs.artifacts.inspect import _ptx_block_sizes
 
     sizes = _ptx_block_sizes(built["ptx"])
     assert _by_name(sizes, "half_loads") == 128
@@ -138,7 +138,7 @@ def test_tools_report_their_release():
 
 
 def test_launch_block_sizes_read_only_inside_the_chevrons():
-    from krung.artifacts.cuda_backend import launch_block_sizes
+    from krung.judge.rungs.artifacts.cuda_backend import launch_block_sizes
 
     assert launch_block_sizes("k<<<blocks, threads>>>(x, 128, n);") == {}
     assert launch_block_sizes("k<<<grid, block, 0, stream>>>(x, 64);") == {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from krung import calibrations
-from krung.store import Store
+from krung.host.store import Store
 from tests.conftest import cuda_available
 from tests.recorded import H200_RECORD
 
@@ -60,7 +60,7 @@ def test_kept_calibrations_are_listed_beside_the_datasheet(krung, store):
 
 L2_KERNEL_CHECK = """
 import torch
-from krung.measure_ceilings import l2_read_kernel
+from krung.judge.rungs.roofline.ceilings import l2_read_kernel
 
 blocks, block, programs, steps = 5, 8, 3, 7
 source = torch.randn(blocks * block, generator=torch.Generator().manual_seed({seed}))

@@ -8,7 +8,7 @@ from multiprocessing.connection import Connection
 import pytest
 import torch
 
-from krung.channel import Channel, ChannelClosed
+from krung.protocol.channel import Channel, ChannelClosed
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from krung.rungs.benchmark import CPU_PLAN, CompiledBaseline
+from krung.judge.rungs.benchmark import CPU_PLAN, CompiledBaseline
 from tests.conftest import GOOD, SCALE_PROBLEM, write
 
 # Importing inductor warns of torch.jit deprecations in torch itself (the suite makes warnings

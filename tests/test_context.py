@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import krung
-from krung.context import MAX_FILE_BYTES
+from krung.host.context import MAX_FILE_BYTES
 
 RG = shutil.which("rg")
 

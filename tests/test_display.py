@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
-from krung.display import PlainProgress
-from krung.results import RungResult, Status
+from krung.host.display import PlainProgress
+from krung.protocol.results import RungResult, Status
 from tests.conftest import GOOD
 
 LINE = re.compile(r"^\[(correctness|benchmark)\] case (\d+)/(\d+) \S+$")

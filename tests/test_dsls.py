@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import krung
-from krung import dsls
-from krung.cuda_source import diagnostics, source_line, static_sources
+from krung.judge import dsls
+from krung.worker.cuda_source import diagnostics, source_line, static_sources
 from tests.conftest import BROKEN_CUDA as BROKEN
 from tests.conftest import PROBLEMS, write
 
@@ -66,7 +66,7 @@ def test_cuda_cpp_compiles_for_sm90_without_a_gpu_and_is_not_run(store):
     assert "needs a GPU" in run.rung("run").reason
     assert "needs a GPU" in run.rung("correctness").reason  # the root cause, passed along
     assert run.ok  # skipped for the machine, not failed
-    from krung import report
+    from krung.host import report
 
     assert report.verdict(run).endswith("(run, correctness skipped); correctness NOT checked")
     assert report.agent_summary(run).splitlines()[-1].startswith(
@@ -238,7 +238,7 @@ extern "C" __global__ void scale_kernel(const float* x, float* y, float a, int n
 
 
 def test_a_kept_kernels_name_is_its_function_without_the_arch():
-    from krung.artifacts.dumped import _kernel_name
+    from krung.judge.rungs.artifacts.dumped import _kernel_name
 
     # CuTeDSL 4.8.1 on the H200: <function>.<arch>.cubin
     stem = "cutlass_add_launch_Tensorgmemo1_Tensorgmemo1_Tensorgmemo1_256.sm_90a"
@@ -252,8 +252,9 @@ def test_kernels_cutedsl_kept_as_it_ran_become_artifacts(tmp_path):
     """CuTeDSL writes the PTX and CUBIN of what it compiles where the worker's environment
     says; the artifacts rung inspects them like any other kernel (here nvcc stands in for
     CuTeDSL's compiler: the files are real)."""
-    from krung.artifacts import Target, dumped
-    from krung.artifacts.inspect import inspect
+    from krung.judge.rungs.artifacts import dumped
+    from krung.judge.rungs.artifacts.inspect import inspect
+    from krung.judge.rungs.artifacts.target import Target
 
     run_dir = tmp_path / "run"
     env = dumped.dump_env(run_dir)

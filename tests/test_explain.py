@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from krung.explain import explain
+from krung.worker.explain import explain
 from tests.conftest import write
 
 BAD_TRITON = """

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import krung
-from krung import profile
+from krung.judge.rungs.profile import ncu as profile
 from tests.conftest import GPUMODE, KERNELBENCH, PROBLEMS
 
 pytestmark = pytest.mark.gpu

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from krung.roofline import SUSPECT_MARGIN
+from krung.judge.rungs.roofline.model import SUSPECT_MARGIN
 from tests.browser import check_page, find_browser
 from tests.conftest import PROBLEMS, Result
 

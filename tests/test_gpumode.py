@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from krung.problem.gpumode import Sizes, _outcome, shared_modules, support_dirs
+from krung.judge.problem.gpumode import Sizes, _outcome, shared_modules, support_dirs
 from tests.conftest import GPUMODE, write
 
 CHECKS = "static,compile,run,correctness"  # enough for a version that fails
@@ -198,7 +198,7 @@ def test_gpu_gpumode_poisoned_buffers_and_input_checks(krung, version, rung, err
 
 
 def test_describe_knows_the_bytes_of_every_case():
-    from krung.problem.catalog import describe_problem
+    from krung.judge.problem.catalog import describe_problem
 
     about = describe_problem(GPUMODE / "vectoradd_py")
     cases = about["test_cases"] + about["bench_cases"]

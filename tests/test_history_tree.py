@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import krung
-from krung.history_tree import best, entries_for, lookup_in, time_change
-from krung.store import Store
+from krung.host.history_tree import best, entries_for, lookup_in, time_change
+from krung.host.store import Store
 from tests.conftest import GOOD
 from tests.recorded import H200, matmul_history, record_run
 

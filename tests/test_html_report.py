@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import krung
-from krung import charts
-from krung.results import Run
-from krung.store import Store
+from krung.host import charts
+from krung.host.store import Store
+from krung.protocol.results import Run
 from tests.browser import check_page, find_browser
 from tests.conftest import GOOD, TAIL_BUG
 from tests.recorded import H200, matmul_history, record_run

@@ -10,7 +10,7 @@ import pytest
 
 SCRIPT = r'''
 import torch, triton, triton.language as tl
-from krung.interpreter import fix_bfloat16
+from krung.worker.interpreter import fix_bfloat16
 fix_bfloat16()
 
 @triton.jit
@@ -70,8 +70,8 @@ def test_bf16_arithmetic_and_dot_are_right_under_the_interpreter():
 
 AUTOTUNED = r'''
 import torch, triton, triton.language as tl
-from krung.artifacts import launches
-from krung.interpreter import fix_autotune
+from krung.worker import launches
+from krung.worker.interpreter import fix_autotune
 fix_autotune()
 log = launches.install()
 
@@ -96,7 +96,7 @@ print("recorded", len(log.recent))
 
 
 def test_the_autotune_hook_keeps_no_record_of_timed_calls():
-    """Only the worker's tune-before-timing step records its calls (krung.artifacts.launches);
+    """Only the worker's tune-before-timing step records its calls (krung.worker.launches);
     a timed call of a kernel already noted costs a set lookup, not a record."""
     pytest.importorskip("triton")
     done = subprocess.run([sys.executable, "-c", AUTOTUNED], capture_output=True, text=True,

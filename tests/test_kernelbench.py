@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from krung.problem.kernelbench import input_sizes, redraw
-from krung.problem.native import import_file
+from krung.judge.problem.kernelbench import input_sizes, redraw
+from krung.judge.problem.native import import_file
 from tests.conftest import KERNELBENCH, write
 
 CHECKS = "static,compile,run,correctness"  # enough for a version that fails

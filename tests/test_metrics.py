@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from krung.metrics import compare
-from krung.tolerance import DEFAULTS, Tolerance
+from krung.judge.metrics import compare
+from krung.judge.tolerance import DEFAULTS, Tolerance
 
 
 @pytest.fixture

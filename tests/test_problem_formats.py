@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import krung
-from krung.problem import detect_format, find_problem, problem_name
+from krung.judge.problem import detect_format, find_problem, problem_name
 from tests.conftest import GPUMODE, KERNELBENCH, PROBLEMS, write
 
 

@@ -11,10 +11,10 @@ import json
 import pytest
 
 import krung
-from krung import profile
-from krung.errors import RungFailed
-from krung.rungs import trace as trace_rung
-from krung.rungs.profile import _check_permission
+from krung.judge.rungs import trace as trace_rung
+from krung.judge.rungs.profile import _check_permission
+from krung.judge.rungs.profile import ncu as profile
+from krung.protocol.errors import RungFailed
 
 pytest.importorskip("triton")
 
@@ -133,7 +133,7 @@ def test_a_report_read_from_ncus_csv_where_ncu_report_is_missing():
     """Some installs lack extras/python: the summary then comes from ncu's CSV export."""
     import random
 
-    from krung import profile
+    from krung.judge.rungs.profile import ncu as profile
 
     ns, regs, mhz = random.randint(1000, 90000), random.choice([24, 32, 40]), 1755
     text = (

@@ -234,7 +234,7 @@ def test_eight_evaluations_at_once_are_all_recorded(scale_problem, version, stor
 
 PATCHES_NVCC = '''
 """Not C++ at all; at import it replaces krung's nvcc call with one that does nothing."""
-import krung.artifacts.cuda_backend as backend
+import krung.judge.rungs.artifacts.cuda_backend as backend
 from torch.utils.cpp_extension import load_inline
 
 backend._nvcc = lambda *args, **kwargs: None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from krung import Run, RungResult, Status
-from krung.report import AGENT_LINE_CHARS, AGENT_MAX_LINES, agent_summary
+from krung.host.report import AGENT_LINE_CHARS, AGENT_MAX_LINES, agent_summary
 from tests.conftest import GOOD, TAIL_BUG
 
 RAISES = "def kernel(x):\n    return x.view(3, -1) * 2\n"
@@ -118,8 +118,8 @@ def test_broken_evaluation_is_not_a_verdict_on_the_version():
 
 
 def test_a_gpu_run_says_how_far_it_is_from_the_roofline_and_whether_to_stop(tmp_path):
-    from krung.report import verdict
-    from krung.store import Store
+    from krung.host.report import verdict
+    from krung.host.store import Store
     from tests.recorded import matmul_history
 
     runs = matmul_history(Store(tmp_path / "k.db"))

@@ -1,4 +1,4 @@
-"""The roofline arithmetic (krung.roofline) and the rung's figures, on known numbers; the
+"""The roofline arithmetic (krung.judge.rungs.roofline.model) and the rung's figures, on known numbers; the
 datasheet table; and calibration keys."""
 
 from __future__ import annotations
@@ -7,16 +7,22 @@ import math
 
 import pytest
 
-from krung import roofline
-from krung.calibration import METHOD, beside_datasheet, find, key_of
-from krung.device import DATASHEET, clock_warning, datasheet_for, floor_us
-from krung.roofline import Ceilings, ProfileSignals, likely_limiter, place, profile_signals
-from krung.rungs.roofline import (
+from krung.judge.device import DATASHEET, clock_warning, datasheet_for, floor_us
+from krung.judge.rungs.roofline import (
     _allows_tf32,
     adopt,
     case_figures,
     ceilings_table,
     summarise,
+)
+from krung.judge.rungs.roofline import model as roofline
+from krung.judge.rungs.roofline.calibration import METHOD, beside_datasheet, find, key_of
+from krung.judge.rungs.roofline.model import (
+    Ceilings,
+    ProfileSignals,
+    likely_limiter,
+    place,
+    profile_signals,
 )
 
 # Round ceilings, so every expected figure can be worked out by hand.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import krung
-from krung.runfiles import kind_of, list_files, read_file
+from krung.host.runfiles import kind_of, list_files, read_file
 
 
 @pytest.mark.parametrize("name, kind", [

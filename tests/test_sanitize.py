@@ -10,9 +10,14 @@ from types import SimpleNamespace
 
 import torch
 
-from krung import sanitize
-from krung.candidate import Candidate
-from krung.sanitize import ERROR_EXIT, parse_report, read_log, with_exit_code
+from krung.judge.candidate import Candidate
+from krung.judge.rungs.determinism import sanitize
+from krung.judge.rungs.determinism.sanitize import (
+    ERROR_EXIT,
+    parse_report,
+    read_log,
+    with_exit_code,
+)
 from tests.conftest import GOOD, write
 
 # memcheck's log of a Triton kernel reading past its input's end, as the H200 wrote it when

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import krung
-from krung.results import Run
-from krung.scale import Job
-from krung.scale.job import pack, receive, unpack
-from krung.settings import Settings
-from krung.store import Store
+from krung.host.scale import Job
+from krung.host.scale.job import pack, receive, unpack
+from krung.host.store import Store
+from krung.protocol.results import Run
+from krung.protocol.settings import Settings
 from tests.conftest import GOOD, TAIL_BUG
 
 SEGFAULT = "import ctypes\ndef kernel(x):\n    return ctypes.string_at(0)\n"
@@ -115,7 +115,7 @@ def test_a_packed_job_runs_elsewhere_with_krung_shipped_and_comes_back(
     assert (remote / "src" / "krung" / "worker.py").is_file()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(remote / "src")  # only the shipped krung
-    done = subprocess.run([sys.executable, "-m", "krung.scale.job", str(remote)], env=env,
+    done = subprocess.run([sys.executable, "-m", "krung.host.scale.job", str(remote)], env=env,
                           capture_output=True, text=True, timeout=300, cwd=remote)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -276,7 +276,7 @@ def test_a_packed_gpumode_job_takes_the_files_above_it_and_the_helpers_beside_it
     assert (remote / "version" / "helper.py").is_file()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(remote / "src")
-    done = subprocess.run([sys.executable, "-m", "krung.scale.job", str(remote)], env=env,
+    done = subprocess.run([sys.executable, "-m", "krung.host.scale.job", str(remote)], env=env,
                           capture_output=True, text=True, timeout=300, cwd=remote)
     assert done.returncode == 0, done.stderr
     run = receive(json.loads(done.stdout.strip().splitlines()[-1]), job, Store(settings.store),
@@ -307,7 +307,7 @@ def test_packed_runs_bring_back_their_folders_parent_and_take_the_ceilings(
         scale_problem, version, settings, tmp_path):
     import base64
 
-    from krung.scale.job import run_packed
+    from krung.host.scale.job import run_packed
 
     ceilings = {"key": {"device_name": "NVIDIA H200", "driver": "570.1", "torch": "2.13.0",
                         "cuda": "13.0", "method": "v1"},

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from krung.errors import UsageError
-from krung.settings import Settings
+from krung.protocol.errors import UsageError
+from krung.protocol.settings import Settings
 
 
 def test_environment_overrides_defaults():

@@ -6,8 +6,8 @@ import ast
 
 import pytest
 
-from krung.errors import UsageError
-from krung.solution import detect_dsl, entry_point, read_solution
+from krung.judge.solution import detect_dsl, entry_point, read_solution
+from krung.protocol.errors import UsageError
 
 
 @pytest.mark.parametrize("source, dsl", [

@@ -6,9 +6,9 @@ import multiprocessing
 
 import pytest
 
-from krung.errors import UsageError
-from krung.results import Run, RungResult, Status
-from krung.store import Store
+from krung.host.store import Store
+from krung.protocol.errors import UsageError
+from krung.protocol.results import Run, RungResult, Status
 
 
 def make_run(problem="p", solution="/v.py") -> Run:

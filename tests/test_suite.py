@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from krung.suite import find_pairs, scores
+from krung.host.suite import find_pairs, scores
 from tests.conftest import GPUMODE, KERNELBENCH
 
 

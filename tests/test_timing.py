@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from krung.rungs.benchmark import input_set_count
-from krung.timing import (
+from krung.judge.rungs.benchmark import input_set_count
+from krung.worker.timing import (
     CLOCK_SPIN_CYCLES,
     TimingPlan,
     ci_fraction,

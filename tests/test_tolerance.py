@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from krung import tolerance
-from krung.tolerance import DEFAULTS, EXACT
+from krung.judge import tolerance
+from krung.judge.tolerance import DEFAULTS, EXACT
 
 
 def test_defaults_per_dtype():

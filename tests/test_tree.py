@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from krung import tree
+from krung.protocol import tree
 
 
 def _random(*shape: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from krung.workspace import reference_signature
+from krung.host.workspace import reference_signature
 from tests.conftest import PROBLEMS
 
 

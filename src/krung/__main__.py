@@ -1,3 +1,3 @@
-from krung.cli import main
+from krung.host.cli import main
 
 main()

@@ -1,0 +1,118 @@
+"""The `krung suite` command: every problem of a directory that has a solution, scored the
+way KernelBench scores (correctness rate, fast_0, fast_1, fast_2, geometric-mean speedup).
+
+cli.py registers it; like every front end it calls only the public API (krung/__init__).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import krung
+from krung.host.cli_scale import (
+    Address,
+    ExecutorName,
+    Gpus,
+    PerGpu,
+    Remote,
+    RemotePython,
+    SshOption,
+    Workers,
+    choose_executor,
+)
+
+OK, FAILED, INTERNAL = 0, 1, 3  # cli.ExitCode
+
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+def suite(
+    problems_dir: Annotated[Path, typer.Argument(help="A directory of problems: KernelBench "
+                                                      "files, GPU MODE or krung problem "
+                                                      "directories.")],
+    solutions: Annotated[Path, typer.Option(
+        "--solutions", help="The directory of solutions, each named like its problem "
+                            "(19_ReLU.py for 19_ReLU.py, vectoradd_py.py for vectoradd_py/).")],
+    precision: Annotated[str | None, typer.Option(
+        help="fp32 (default), fp16 or bf16: casts the KernelBench problems' inputs and "
+             "weights; their tolerance follows (1e-4 for fp32, 1e-2 for fp16 and bf16).")] = None,
+    rungs: Annotated[str | None, typer.Option(
+        help="Comma-separated rungs to climb (default all; speed scores need benchmark).")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
+    executor: ExecutorName = "local",
+    workers: Workers = 1,
+    gpus: Gpus = None,
+    per_gpu: PerGpu = 1,
+    address: Address = None,
+    remote: Remote = None,
+    remote_python: RemotePython = "python3",
+    ssh_option: SshOption = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    store: Annotated[Path | None, typer.Option(
+        "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")] = None,
+) -> None:
+    """Evaluate every problem that has a solution and print KernelBench's scores; with
+    --executor, --workers or --gpus, several at once, as `krung batch` does."""
+    settings = krung.Settings.from_env()
+    settings = settings.replace(store=store) if store else settings
+
+    def progress(entry: krung.SuiteEntry) -> None:
+        if not json_output:
+            out.print(f"{entry.problem}: {entry.verdict()}", markup=False)
+
+    chosen = choose_executor(executor, workers, gpus, per_gpu, address, remote, remote_python,
+                             ssh_option)
+    result = krung.run_suite(problems_dir, solutions, precision=precision, rungs=rungs,
+                             device=device, settings=settings, executor=chosen,
+                             on_entry=progress)
+    if json_output:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
+    else:
+        out.print()
+        out.print(_table(result))
+        for line in _score_lines(result):
+            out.print(line, markup=False)
+    if any(e.run is not None and e.run.error for e in result.entries):
+        raise typer.Exit(INTERNAL)
+    raise typer.Exit(OK if result.ok else FAILED)
+
+
+def _table(result: krung.SuiteResult) -> Table:
+    table = Table(title=f"suite {result.problems_dir} with {result.solutions_dir}",
+                  title_justify="left", box=None)
+    for name in ("problem", "correct", "verdict", "speedup", "median_us", "run"):
+        table.add_column(name, justify="right" if name in ("speedup", "median_us") else "left")
+    for entry in result.entries:
+        row = entry.to_json()
+        table.add_row(entry.problem, "yes" if entry.correct else "no", row["verdict"],
+                      _fmt(row["speedup"]), _fmt(row["median_us"]), row["run_id"] or "-")
+    return table
+
+
+def _score_lines(result: krung.SuiteResult) -> list[str]:
+    s = result.scores
+    precision = f", precision {result.precision}" if result.precision else ""
+    lines = [f"KernelBench scores over {s['problems']} problem(s) with a solution{precision}:",
+             f"  correctness {s['correct']}/{s['problems']} = {_fmt(s['correctness'])}"]
+    if result.timed:
+        lines.append("  " + "  ".join(f"fast_{p} {_fmt(s[f'fast_{p}'])}" for p in (0, 1, 2)))
+        lines.append(f"  geomean speedup {_fmt(s['geomean_speedup'])} (over the correct ones)")
+    else:
+        lines.append("  speed scores need the benchmark rung")
+    if result.without_solution:
+        lines.append(f"  no solution for: {', '.join(result.without_solution)}")
+    if result.without_problem:
+        lines.append(f"  solutions without a problem: {', '.join(result.without_problem)}")
+    return lines
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

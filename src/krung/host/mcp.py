@@ -1,0 +1,422 @@
+"""The MCP server: krung's loop as tools a coding agent calls (`krung mcp`).
+
+Serves the Model Context Protocol over stdio, or streamable HTTP on loopback, with the official
+SDK (`pip install 'krung[mcp]'`). It uses only the public API, and it never imports a version
+or a problem: `evaluate` starts a judge process, `describe_problem` a child process.
+
+Every tool answers. A KrungError comes back as a tool error holding `Type: message` and the
+`hint:` that says how to fix it, and anything else as an InternalError, so a bad call never
+takes the server down. Runs come back as `Run.to_json()` in the structured content (the schema
+is `krung schema`), after a short verdict as text (`krung.agent_summary`).
+"""
+
+import contextlib
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+import krung
+from krung.protocol.settings import Settings
+
+log = logging.getLogger("krung.host.mcp")
+T = TypeVar("T")
+
+RungName = Literal[krung.RUNGS]  # type: ignore[valid-type]
+FileKind = Literal[krung.FILE_KINDS]  # type: ignore[valid-type]
+Device = Literal["auto", "cpu", "cuda"]
+READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+EVALUATES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
+                            openWorldHint=False)
+
+INSTRUCTIONS = """\
+krung checks GPU kernel versions against a slow reference and times them, recording every run.
+A problem is what to compute (a reference, input sizes, a tolerance); a version is one .py file
+defining `kernel(*inputs)` with the reference's signature, in any DSL (Triton, CUDA through
+torch, plain torch...). The loop: list_problems -> describe_problem (signature, cases,
+tolerance) -> write a version -> evaluate (it climbs the rungs static, compile, run,
+correctness, determinism, benchmark, artifacts (PTX/SASS, registers, spills, occupancy),
+profile (Nsight Compute, GPU only) and stops helping at the first failure: read its error,
+location and hint) -> fix or optimise -> evaluate again; history, show_run, diff_runs (source,
+figures, SASS) and get_artifact (worker.log holds the version's prints and crash stacks; sass,
+ptx, ttgir per kernel) look back at runs; profile runs Nsight Compute alone. A version runs in
+its own process, so a crash or a hang only fails its rung."""
+
+ProblemArg = Annotated[str, Field(description=(
+    "A built-in problem's name (e.g. softmax; see list_problems), or the path of a problem: "
+    "a folder holding problem.py, a KernelBench .py file, or a GPU MODE folder holding "
+    "reference.py and task.yml; a relative path is relative to the server's working "
+    "directory."))]
+RunIdArg = Annotated[str, Field(description="A run id, or a unique prefix of one (from "
+                                            "evaluate or history).")]
+VersionPathArg = Annotated[str | None, Field(description=(
+    "Path of the version file: a .py file defining `kernel(...)` with the reference's "
+    "parameters. Give either this or `source`."))]
+SourceArg = Annotated[str | None, Field(description=(
+    "The version's whole Python source, instead of a path. krung saves it under the store's "
+    "folder as versions/<name>-<sha>.py, the run's `solution`; error locations name lines in "
+    "that file."))]
+NameArg = Annotated[str | None, Field(description=(
+    "A short label for a version sent as `source` (letters, digits, _ . -), e.g. "
+    "triton_v2; it starts the saved file's name, which history shows."))]
+SeedArg = Annotated[int | None, Field(ge=0, description=(
+    "The evaluation seed, to reproduce a run exactly (a run's `seed` field); by default fresh "
+    "and random, so a version never sees the same inputs twice."))]
+ParentArg = Annotated[str | None, Field(description=(
+    "The run this version builds on (its run_id or a unique prefix), so the history is a "
+    "tree an agent can walk back. Default: the previous run of the same version file."))]
+DeviceArg = Annotated[Device | None, Field(description=(
+    "auto (a CUDA GPU when torch sees one, else the CPU, where Triton runs under its "
+    "interpreter), cpu or cuda. Default: the server's KRUNG_DEVICE, else auto."))]
+
+
+def build_server(store: str | Path | None = None) -> MCPServer:
+    """The krung MCP server over the store at `store` (default: KRUNG_STORE or
+    .krung/krung.db under the working directory)."""
+    db_path = Path(store or krung.Settings.from_env().store).resolve()
+    server = MCPServer("krung", version=krung.__version__, instructions=INSTRUCTIONS,
+                       log_level="WARNING")
+
+    def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
+        """Register a tool; its docstring, on one line, is the description agents read."""
+        def register(fn: Callable[..., Any]) -> Any:
+            description = " ".join((fn.__doc__ or "").split())
+            return server.tool(description=description, annotations=annotations)(fn)
+        return register
+
+    @tool(READ_ONLY)
+    async def list_problems() -> CallToolResult:
+        """List the problems krung can evaluate: the built-in ones, then every problem (a
+        folder holding problem.py, a GPU MODE folder, a KernelBench file) up to three levels
+        under the server's working directory. Each has name, path, description, builtin and
+        format; pass the name (built-in) or the path to describe_problem and evaluate."""
+        with _explained():
+            found = await _in_thread(krung.list_problems, Path.cwd())
+        return _answer({"root": str(Path.cwd()), "problems": found})
+
+    @tool(READ_ONLY)
+    async def describe_problem(problem: ProblemArg) -> CallToolResult:
+        """What a problem asks for, to write a version from: the reference's signature and
+        source; the entry point a version must define; the inputs' and outputs' dtypes,
+        shapes and strides on the smallest test case; every test case and bench case (the
+        CPU's bench cases too) with its flops, bytes_moved and flops_per_byte; and the
+        tolerance per dtype (atol, rtol, min_psnr_db, min_cossim) with the rule that applies
+        it. A broken problem comes back as an error listing each defect and its fix."""
+        with _explained():
+            described = await _in_thread(krung.describe_problem, problem)
+        return _answer(described)
+
+    @tool(EVALUATES)
+    async def evaluate(
+        problem: ProblemArg,
+        ctx: Context,
+        version_path: VersionPathArg = None,
+        source: SourceArg = None,
+        name: NameArg = None,
+        rungs: Annotated[list[RungName] | None, Field(description=(
+            f"Rungs to climb; they run in ladder order ({', '.join(krung.RUNGS)}) whatever "
+            "the order given. Default: all. A rung whose needed rung failed is skipped."))
+        ] = None,
+        seed: SeedArg = None,
+        device: DeviceArg = None,
+        parent: ParentArg = None,
+        vs_compiled: Annotated[bool, Field(description=(
+            "Also time torch.compile(reference) in the benchmark rung and give the speedup "
+            "against it (`speedup_vs_compiled`); its compile time is not timed."))] = False,
+    ) -> CallToolResult:
+        """Evaluate one version of a problem up the rung ladder and record the run. Give the
+        version as `version_path` or as `source`. Blocks until done (seconds on a small
+        problem, minutes for big ones under the CPU interpreter), sending a progress
+        notification per step when the request carries a progressToken. Returns a short
+        verdict as text (the first failing rung, its error and source line, the hint, the
+        figures, what to look at next) and the run as JSON (`krung schema`): `ok`, and per
+        rung `status` (ok, failed, skipped), `figures` (correctness: max_abs_err, ...;
+        benchmark: geomean_us, speedup, per_case), `error`, `error_type`, `location`
+        (file:line), `hint`, `details`. A failing version is a normal answer, not a tool
+        error."""
+        with _explained():
+            krung.find_problem(problem)  # a wrong problem is reported before saving a source
+            path = _version(version_path, source, name, db_path)
+            total = len(set(rungs)) if rungs else len(krung.DEFAULT_LADDER)
+            report = _ProgressReporter(ctx, total)
+            run = await _in_thread(functools.partial(
+                krung.evaluate, problem, path, rungs=list(rungs) if rungs else None,
+                device=device, seed=seed, store=db_path, on_result=report.rung_done,
+                on_progress=report.step, parent=parent,
+                settings=Settings.from_env().replace(compiled_baseline=vs_compiled or None)))
+        return _run_answer(run)
+
+    @tool(READ_ONLY)
+    async def history(
+        problem: Annotated[str, Field(description=(
+            "The problem's name (its directory's name), or the path of its directory."))],
+        limit: Annotated[int, Field(ge=1, le=1000, description="At most this many runs.")] = 20,
+    ) -> CallToolResult:
+        """The recorded runs of a problem, newest first: run_id, started_at, solution, ok,
+        verdict (ok, failed, error), failed_rung, geomean_us and speedup (benchmark, when it
+        ran and passed), timer, pct_of_roofline and roofline_verdict (GPU), parent (the run
+        it builds on), device. Use a run_id with show_run, diff_runs or
+        get_artifact."""
+        name = krung.history_name(problem)
+        with _explained():
+            runs = await _in_thread(_history, db_path, name, limit)
+        return _answer({"problem": name, "store": str(db_path), "runs": runs})
+
+    @tool(READ_ONLY)
+    async def show_run(
+        run_id: RunIdArg,
+        with_source: Annotated[bool, Field(description="Include the version's source.")] =
+        False,
+    ) -> CallToolResult:
+        """One recorded run: the short verdict as text, and the run as JSON (the same as
+        evaluate returns; `krung schema`)."""
+        with _explained():
+            run = await _in_thread(_get_run, db_path, run_id)
+        return _run_answer(run, with_source)
+
+    @tool(READ_ONLY)
+    async def get_artifact(
+        run_id: RunIdArg,
+        name: Annotated[str | None, Field(description=(
+            "The file to read, as listed (a path inside the run's folder), e.g. worker.log."
+        ))] = None,
+        kind: Annotated[FileKind | None, Field(description=(
+            "Read the one file of this kind (narrowed by `kernel` when there are several). "
+            "Kinds come from the file's extension or name: .ptx ptx, .sass sass, .ttir ttir, .ttgir ttgir, .llir/.ll llir, .log "
+            "log, .ncu-rep or a name with 'profile' profile, ..."))] = None,
+        kernel: Annotated[str | None, Field(description=(
+            "Only files whose name contains this (case-insensitive): a kernel's name."))
+        ] = None,
+        offset: Annotated[int, Field(description=(
+            "Byte to start reading at; negative counts from the end (-8000: the last 8000 "
+            "bytes, where a log's error is)."))] = 0,
+        max_bytes: Annotated[int, Field(ge=1, le=1_000_000, description=(
+            "Read at most this many bytes; `next_offset` says where the rest starts."))
+        ] = 32_000,
+    ) -> CallToolResult:
+        """The files a run left in its folder (<store dir>/runs/<run_id>/): worker.log (the
+        version's process: its prints, warnings, crash stacks), judge.log (krung's side), and
+        where krung captured them, compiler outputs (PTX, SASS, Triton IR) and profiles,
+        named after their kernel. With neither `name` nor `kind`, lists the files (name,
+        kind, size). With `name`, or a `kind` that picks one file, returns its text from
+        `offset`, at most `max_bytes`."""
+        with _explained():
+            if name is None and kind is None:
+                files = await _in_thread(functools.partial(
+                    krung.run_files, run_id, kernel=kernel, store=db_path))
+                return _answer({"run_id": run_id, "files": [f.to_json() for f in files]})
+            read = await _in_thread(functools.partial(
+                krung.read_run_file, run_id, name=name, kind=kind, kernel=kernel,
+                offset=offset, max_bytes=max_bytes, store=db_path))
+        return _file_answer(read)
+
+    @tool(READ_ONLY)
+    async def diff_runs(
+        run_a: Annotated[str, Field(description="The first run (usually the older): id or "
+                                                "prefix.")],
+        run_b: Annotated[str, Field(description="The second run: id or prefix.")],
+        context_lines: Annotated[int, Field(ge=0, le=50, description=(
+            "Lines of context around each change in the source diff."))] = 3,
+        code: Annotated[list[Literal["sass", "ptx", "ttir", "ttgir", "llir"]], Field(
+            description="Per kernel both runs captured (artifacts rung): the code to diff."
+        )] = ["sass"],  # noqa: B006 (the schema's default; never mutated)
+        kernel: Annotated[str | None, Field(description=(
+            "Only kernels whose name contains this."))] = None,
+    ) -> CallToolResult:
+        """Compare two runs: a one-line summary (verdicts, how much faster or slower), the
+        unified diff of the two versions' sources, and per rung the statuses and the deltas
+        of every numeric figure (correctness max_abs_err..., benchmark geomean_us, speedup),
+        plus per case (correctness max_abs_err; benchmark median_us, speedup) as {a, b,
+        delta = b - a, ratio = b / a}; and per kernel captured by both runs' artifacts rung,
+        the deltas of its registers, shared memory, spills, occupancy and instruction counts
+        (HGMMA, FFMA, LDG.128...) and the unified diff of its SASS (or `code`), without
+        addresses."""
+        with _explained():
+            diff = await _in_thread(functools.partial(
+                krung.diff_runs, run_a, run_b, context=context_lines, store=db_path,
+                kinds=tuple(code), kernel=kernel))
+        return CallToolResult(content=[TextContent(type="text", text=_diff_text(diff)),
+                                       _json_block(diff)], structured_content=diff)
+
+    @tool(EVALUATES)
+    async def profile(
+        problem: ProblemArg,
+        ctx: Context,
+        version_path: VersionPathArg = None,
+        source: SourceArg = None,
+        name: NameArg = None,
+        seed: SeedArg = None,
+        device: DeviceArg = None,
+    ) -> CallToolResult:
+        """Profile a version with Nsight Compute on the GPU: evaluate it with the rungs
+        static, compile, run, correctness and profile, and return the run. The profile
+        rung's figures hold per kernel: duration_ns, compute_pct and memory_pct (% of peak),
+        dram_read_bytes and dram_write_bytes, achieved and theoretical occupancy, the top
+        stall reasons and ncu's rule findings; the .ncu-rep is in the run's folder
+        (get_artifact kind profile). Where there is no GPU or no ncu the rung is skipped and
+        its `reason` says why."""
+        with _explained():
+            path = _version(version_path, source, name, db_path)
+            rungs = ["static", "compile", "run", "correctness", "profile"]
+            report = _ProgressReporter(ctx, len(rungs))
+            run = await _in_thread(functools.partial(
+                krung.evaluate, problem, path, rungs=rungs, device=device, seed=seed,
+                store=db_path, on_result=report.rung_done, on_progress=report.step))
+        return _run_answer(run)
+
+    return server
+
+
+def serve(store: str | Path | None = None, http_port: int | None = None) -> None:
+    """Serve until the client goes away: stdio by default, else HTTP on 127.0.0.1."""
+    server = build_server(store)
+    if http_port is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=http_port)
+
+
+# What every tool shares.
+
+
+@contextlib.contextmanager
+def _explained() -> Iterator[None]:
+    """Errors as tool errors the agent can act on: the fact, then the fix."""
+    try:
+        yield
+    except ToolError:
+        raise
+    except krung.KrungError as exc:
+        text = f"{type(exc).__name__}: {exc.message}"
+        if exc.hint:
+            text += f"\nhint: {exc.hint}"
+        raise ToolError(text) from exc
+    except Exception as exc:
+        log.exception("krung tool failed")
+        raise ToolError(f"InternalError: {type(exc).__name__}: {exc}\nhint: this is a krung "
+                        "bug, not a fault of the version; the server's stderr has the "
+                        "traceback") from exc
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run blocking work (SQLite, subprocesses, an evaluation) off the event loop."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+
+
+class _ProgressReporter:
+    """Forwards an evaluation's progress from its worker thread to the client. Progress
+    counts finished rungs, with steps inside a rung as fractions, so it always increases."""
+
+    def __init__(self, ctx: Context, total: int):
+        self.ctx = ctx
+        self.total = total
+        self.done = 0
+        self.steps = 0
+
+    def step(self, rung: str, message: str) -> None:
+        self.steps += 1
+        self._send(self.done + 1 - 0.5 ** self.steps, f"{rung}: {message}")
+
+    def rung_done(self, result: krung.RungResult) -> None:
+        self.done += 1
+        self.steps = 0
+        self._send(self.done, result.line())
+
+    def _send(self, progress: float, message: str) -> None:
+        try:
+            anyio.from_thread.run(self.ctx.report_progress, progress, self.total, message)
+        except Exception:  # progress is a courtesy: a client gone away must not fail the run
+            log.debug("progress notification not sent", exc_info=True)
+
+
+def _version(path: str | None, source: str | None, name: str | None, db_path: Path) -> Path:
+    if (path is None) == (source is None):
+        raise krung.UsageError("give the version either as version_path or as source, "
+                               "exactly one of them",
+                               hint="version_path: a .py file's path; source: its text")
+    if source is not None:
+        return krung.save_version(source, name=name, store=db_path)
+    return Path(path)  # type: ignore[arg-type]
+
+
+def _history(db_path: Path, problem: str, limit: int) -> list[dict[str, Any]]:
+    store = krung.Store(db_path)
+    try:
+        runs = store.history(problem, limit)
+    finally:
+        store.close()
+    return [{"run_id": r.run_id, "started_at": r.started_at, "solution": r.solution,
+             "ok": r.ok, **krung.summary_of(r), "device": r.device} for r in runs]
+
+
+def _get_run(db_path: Path, run_id: str) -> krung.Run:
+    store = krung.Store(db_path)
+    try:
+        return store.get(run_id)
+    finally:
+        store.close()
+
+
+def _json_block(data: Any) -> TextContent:
+    return TextContent(type="text", text=json.dumps(data, allow_nan=False))
+
+
+def _answer(data: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[_json_block(data)], structured_content=data)
+
+
+def _run_answer(run: krung.Run, with_source: bool = False) -> CallToolResult:
+    data = run.to_json(with_source=with_source)
+    return CallToolResult(content=[TextContent(type="text", text=krung.agent_summary(run)),
+                                   _json_block(data)], structured_content=data)
+
+
+def _file_answer(read: dict[str, Any]) -> CallToolResult:
+    start, text = read["offset"], read.get("text")
+    end = start + len(text.encode()) if text is not None else start
+    header = f"{read['name']} ({read['kind']}, {read['size']} bytes): bytes {start}..{end}"
+    if read.get("next_offset") is not None:
+        header += f"; more from offset {read['next_offset']}"
+    if text is None:
+        header += f"; {read.get('note')}"
+    blocks = [TextContent(type="text", text=header)]
+    if text:
+        blocks.append(TextContent(type="text", text=text))
+    return CallToolResult(content=blocks, structured_content=read)
+
+
+def _diff_text(diff: dict[str, Any]) -> str:
+    lines = [diff["summary"]]
+    for rung in diff["rungs"]:
+        figures = ", ".join(f"{key} {_num(p['a'])} -> {_num(p['b'])}"
+                            for key, p in rung["figures"].items()
+                            if key in ("max_abs_err", "max_rel_err", "geomean_us", "speedup"))
+        lines.append(f"{rung['name']}: {rung['a']} -> {rung['b']}"
+                     + (f"; {figures}" if figures else ""))
+    if diff["same_source"]:
+        lines.append("same source")
+    else:
+        lines += ["", diff["source_diff"].rstrip("\n")]
+    for entry in diff.get("kernels", []):
+        if entry.get("only_in"):
+            lines.append(f"kernel {entry['kernel']}: only in run {entry['only_in']}")
+            continue
+        changed = ", ".join(f"{key} {_num(p['a'])} -> {_num(p['b'])}"
+                            for key, p in entry["figures"].items() if p["delta"])
+        lines.append(f"kernel {entry['kernel']} ({entry.get('function')}): "
+                     + (changed or "same figures"))
+    return "\n".join(lines)
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

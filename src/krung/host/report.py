@@ -1,0 +1,416 @@
+"""Runs as text for people and agents: rung lines, per-case tables, history, and the short
+verdict an agent acts on (`agent_summary`).
+
+Plain strings and rich tables only; the CLI decides where they go. JSON is Run.to_json.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from krung.judge.device import SLOW_CLOCK
+from krung.protocol.results import Run, RungResult, Status, format_value
+
+if TYPE_CHECKING:  # rich is imported where a table is drawn: the API stays light to import
+    from rich.table import Table
+
+    from krung.host.history_tree import Entry
+
+DETAIL_LINES = 24
+
+
+def device_notice(env: dict[str, Any]) -> str:
+    if env.get("device") == "cpu":
+        return ("device: cpu (no GPU in use): Triton kernels run under Triton's interpreter on "
+                "CPU tensors, and timings are CPU wall-clock time, not GPU time")
+    name = env.get("device_name", "cuda")
+    extra = ", ".join(f"{k} {env[k]}" for k in ("driver", "torch", "triton") if env.get(k))
+    return f"device: {name} ({extra})" if extra else f"device: {name}"
+
+
+def rung_block(result: RungResult) -> list[str]:
+    """The rung's line, and for a failure where it happened, the hint and the details."""
+    lines = [result.line()]
+    if result.status is Status.FAILED:
+        if result.hint:
+            lines.append(f"    hint: {result.hint}")
+        if result.details:
+            detail = result.details.rstrip().splitlines()
+            if len(detail) > DETAIL_LINES:
+                detail = ["...", *detail[-DETAIL_LINES:]]
+            lines += [f"    | {line}" for line in detail]
+    return lines
+
+
+def verdict(run: Run) -> str:
+    if run.error:
+        return f"ERROR  run {run.run_id}: {run.error}"
+    failed = [r.name for r in run.rungs if r.status is Status.FAILED]
+    if failed:
+        return f"FAILED  run {run.run_id}: {', '.join(failed)} failed"
+    if run.skipped:
+        names = ", ".join(r.name for r in run.skipped)
+        return (f"OK  run {run.run_id}: every rung that could run passed ({names} skipped)"
+                + _UNCHECKED * _correctness_unchecked(run))
+    return f"OK  run {run.run_id}: every rung passed"
+
+
+_UNCHECKED = "; correctness NOT checked"
+
+
+def _correctness_unchecked(run: Run) -> bool:
+    """The ladder had the correctness rung, and it could not run (no GPU for CUDA C++...)."""
+    correctness = run.rung("correctness")
+    return correctness is not None and correctness.status is Status.SKIPPED
+
+
+def case_table(result: RungResult) -> Table | None:
+    """The per-case figures of a rung (correctness, benchmark), or per kernel (artifacts),
+    as a table."""
+    per = "case" if result.figures.get("per_case") else "kernel"
+    rows = result.figures.get("per_case") or result.figures.get("per_kernel")
+    if not rows:
+        return None
+    from rich.table import Table
+
+    columns = _COLUMNS.get(result.name) or [k for k in rows[0] if k != "case"]
+    if any("compiled_median_us" in row for row in rows):  # timed against torch.compile too
+        columns = [*columns, "compiled_median_us", "speedup_vs_compiled"]
+    if any(row.get("config") for row in rows):  # an autotuned version: its chosen configs
+        columns = [*columns, "config"]
+    table = Table(title=f"{result.name} per {per}", title_justify="left", box=None,
+                  header_style="bold", pad_edge=False)
+    table.add_column(per)
+    for column in columns:
+        table.add_column(column, justify="left" if column == "highlights" else "right")
+    for row in rows:
+        label = row.get("case") or f"{row.get('kernel')} {row.get('specialisation', '')}"
+        table.add_row(str(label), *(format_value(row.get(c)) for c in columns))
+    return table
+
+
+_COLUMNS = {
+    "artifacts": ["registers", "static_smem_bytes", "dynamic_smem_bytes", "spills", "occupancy",
+                  "limited_by", "highlights", "error"],
+    "profile": ["duration_ns", "compute_pct", "memory_pct", "dram_read_bytes",
+                "dram_write_bytes", "achieved_occupancy_pct", "theoretical_occupancy_pct"],
+    "correctness": ["passed", "seeds", "max_abs_err", "max_rel_err", "psnr_db", "cossim",
+                    "mismatches"],
+    "benchmark": ["median_us", "p10_us", "p90_us", "ci_pct", "samples", "ref_median_us",
+                  "speedup", "timer", "host_median_us", "sm_mhz_timed"],
+    "roofline": ["median_us", "roofline_us", "tflops", "gbps", "intensity", "bound", "ceiling",
+                 "pct", "verdict"],
+}
+
+
+def history_table(entries: list[Entry], title: str) -> Table:
+    """Runs with their verdict, time, speedup, % of the roofline, and change from the
+    parent (krung.history)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=None, header_style="bold",
+                  pad_edge=False)
+    for column in ("run", "started", "version", "verdict", "time (geomean)", "speedup",
+                   "roofline", "parent", "vs parent", "device"):
+        table.add_column(column, justify="right" if column in ("speedup", "roofline",
+                                                               "vs parent") else "left")
+    for entry in entries:
+        run, summary = entry.run, entry.summary
+        verdict_text = summary["verdict"]
+        if summary["failed_rung"]:
+            verdict_text += f" ({summary['failed_rung']})"
+        time_text = "-"
+        if summary["geomean_us"] is not None:
+            time_text = f"{format_value(summary['geomean_us'])} us"
+            if summary["timer"] == "cpu-wall":
+                time_text += " cpu"
+        speedup = summary["speedup"]
+        table.add_row(run.run_id, run.started_at.replace("T", " ")[:19],
+                      run.solution.rsplit("/", 1)[-1], verdict_text, time_text,
+                      f"{speedup:.3g}x" if speedup else "-", roofline_text(summary),
+                      run.parent or "-", change_text(entry.time_change), run.device)
+    return table
+
+
+def roofline_text(summary: dict[str, Any]) -> str:
+    """`72% below`, `95% at`, `131% suspect`, or `-`."""
+    pct = summary.get("pct_of_roofline")
+    if pct is None:
+        return "-"
+    word = {"at-roofline": "at", "below": "below", "suspect": "suspect"}.get(
+        summary.get("roofline_verdict") or "", "")
+    return f"{pct:.0f}% {word}".rstrip()
+
+
+def change_text(change: float | None) -> str:
+    """A time change from the parent: `-18.7%` (faster) or `+4.2%` (slower), or `-`."""
+    return "-" if change is None else f"{100 * change:+.1f}%"
+
+
+# The agent's verdict: short, plain (no colours, no tables), in the order an agent acts on it.
+AGENT_MAX_LINES = 40
+AGENT_LINE_CHARS = 500  # room for a whole error message; tracebacks rarely reach it
+AGENT_DETAIL_LINES = 10
+AGENT_CASES = 8
+
+
+def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
+    """A plain-text verdict of at most `max_lines` lines: the first failing rung, its error,
+    where in the version (with the source line) and the hint; the figures that matter; and
+    the next thing to look at."""
+    failed = next((r for r in run.rungs if r.status is Status.FAILED), None)
+    head = [_agent_verdict(run, failed), "rungs: " + ", ".join(_rung_state(r) for r in run.rungs)]
+    body: list[str] = []
+    if run.error:
+        head.append(f"error: {run.error.strip().splitlines()[0]}")
+        body += _indented(run.error.strip().splitlines()[1:])
+    if failed is not None:
+        head += _failure_lines(run, failed)
+        body += _indented((failed.details or "").rstrip().splitlines())
+    body += _correctness_lines(run.rung("correctness"))
+    body += _benchmark_lines(run.rung("benchmark"))
+    body += _artifact_lines(run.rung("artifacts"))
+    body += _profile_lines(run.rung("profile"))
+    body += _roofline_lines(run.rung("roofline"))
+    tail = [f"next: {_next_step(run, failed)}"]
+    room = max(max_lines - len(head) - len(tail), 0)
+    if len(body) > room:
+        body = [*body[:max(room - 1, 0)], f"... ({len(body) - room + 1} more lines cut)"]
+    lines = [*head, *body, *tail][:max_lines]
+    return "\n".join(_clip(line) for line in lines)
+
+
+def _agent_verdict(run: Run, failed: RungResult | None) -> str:
+    where = f"run {run.run_id}  problem {run.problem}  version {_file_name(run.solution)}  " \
+            f"device {run.device}"
+    if run.error:
+        return f"ERROR (krung itself failed, not a verdict on the version)  {where}"
+    if failed is not None:
+        return f"FAILED at {failed.name}  {where}"
+    if not run.ok:
+        return f"INCOMPLETE (no rung ran to the end)  {where}"
+    if run.skipped:
+        names = ", ".join(r.name for r in run.skipped)
+        return (f"OK (every rung that could run passed; {names} skipped"
+                f"{_UNCHECKED * _correctness_unchecked(run)})  {where}")
+    return f"OK (every rung passed)  {where}"
+
+
+def _rung_state(result: RungResult) -> str:
+    if result.status is Status.SKIPPED:
+        return f"{result.name} skipped ({result.reason})"
+    return f"{result.name} {'ok' if result.ok else 'FAILED'}"
+
+
+def _failure_lines(run: Run, failed: RungResult) -> list[str]:
+    lines = [f"error: {failed.error}"]
+    if failed.location:
+        lines.append(f"where: {failed.location}")
+        number, code = _source_line(run, failed.location)
+        if code and code not in (failed.details or ""):  # details often show it already
+            lines.append(f"  {number} | {code}")
+    if failed.hint:
+        lines.append(f"hint: {failed.hint}")
+    cases = failed.figures.get("failed_cases")
+    if cases:
+        total = failed.figures.get("cases", "?")
+        shown = "; ".join(cases[:AGENT_CASES]) + (" ..." if len(cases) > AGENT_CASES else "")
+        lines.append(f"failing cases ({len(cases)} of {total}): {shown}")
+    return lines
+
+
+def _source_line(run: Run, location: str) -> tuple[str, str | None]:
+    """The number and the text of the version's line that `location` (file:line) names."""
+    file, _, number = location.rpartition(":")
+    if not number.isdigit() or _file_name(file) != _file_name(run.solution):
+        return number, None
+    lines = run.source.splitlines()
+    index = int(number) - 1
+    return number, (lines[index].strip() or None) if 0 <= index < len(lines) else None
+
+
+def _correctness_lines(rung: RungResult | None) -> list[str]:
+    if rung is None or rung.status is Status.SKIPPED or "cases" not in rung.figures:
+        return []
+    f = rung.figures
+    text = (f"correctness: {f.get('passed')}/{f.get('cases')} cases passed "
+            f"({f.get('seeds')} seeds each); max_abs_err {format_value(f.get('max_abs_err'))}"
+            f" max_rel_err {format_value(f.get('max_rel_err'))}")
+    if f.get("worst_case"):
+        text += f" (worst {f['worst_case']})"
+    if f.get("psnr_db") is not None:
+        text += f"; psnr {format_value(f['psnr_db'])} dB"
+    if f.get("cossim") is not None:
+        text += f"; cossim {format_value(f['cossim'])}"
+    return [text]
+
+
+def _artifact_lines(rung: RungResult | None) -> list[str]:
+    """One line per compiled kernel: resources, occupancy and the instruction highlights."""
+    if rung is None or rung.status is Status.SKIPPED:
+        return []
+    rows = [r for r in rung.figures.get("per_kernel") or [] if not r.get("error")]
+    if not rows:
+        return []
+    lines = [f"artifacts ({rung.figures.get('source')}; `krung artifacts RUN --kind sass`):"]
+    for row in rows[:AGENT_CASES]:
+        name = row["kernel"] if row.get("function") in (None, row["kernel"]) else \
+            f"{row['kernel']}:{row['function']}"
+        occupancy = (f", occupancy {format_value(row['occupancy'])} ({row.get('limited_by')})"
+                     if row.get("occupancy") is not None else "")
+        spills = ", SPILLS" if row.get("spills") else ""
+        lines.append(f"  {name} [{row.get('specialisation')}]: {row.get('registers')} regs, "
+                     f"smem {row.get('static_smem_bytes', 0) + (row.get('dynamic_smem_bytes') or 0)}"
+                     f" B{occupancy}{spills}; {row.get('highlights') or '-'}")
+    if len(rows) > AGENT_CASES:
+        lines.append(f"  ... {len(rows) - AGENT_CASES} more kernel(s)")
+    return lines
+
+
+def _profile_lines(rung: RungResult | None) -> list[str]:
+    """Per profiled kernel: time, throughput, DRAM traffic, occupancy, stalls, findings."""
+    if rung is None or not rung.ok:
+        return []
+    lines = []
+    for row in (rung.figures.get("per_kernel") or [])[:AGENT_CASES]:
+        stalls = ", ".join(s["reason"] for s in row.get("top_stalls") or [])
+        lines.append(
+            f"profile {row.get('kernel')}: {format_value((row.get('duration_ns') or 0) / 1e3)} us"
+            f", compute {format_value(row.get('compute_pct'))}%, memory "
+            f"{format_value(row.get('memory_pct'))}% of peak, DRAM read "
+            f"{format_value(row.get('dram_read_bytes'))} B write "
+            f"{format_value(row.get('dram_write_bytes'))} B, occupancy "
+            f"{format_value(row.get('achieved_occupancy_pct'))}% of "
+            f"{format_value(row.get('theoretical_occupancy_pct'))}%; stalls: {stalls or '-'}")
+        lines += [f"  {finding}" for finding in (row.get("findings") or [])[:3]]
+    return lines
+
+
+def _slow_clock(row: dict) -> str:
+    """The clock a case's samples ran at, where it was well under the top clock: a
+    compute-bound time measured then is longer by as much."""
+    timed, top = row.get("sm_mhz_timed"), row.get("sm_max_mhz")
+    if not timed or not top or timed >= SLOW_CLOCK * top:
+        return ""
+    return f"; timed at {timed} MHz, {1 - timed / top:.0%} under the top clock"
+
+
+def _benchmark_lines(rung: RungResult | None) -> list[str]:
+    if rung is None or not rung.ok:
+        return []
+    f = rung.figures
+    timer = f.get("timer")
+    clock = f"{timer}: CPU wall-clock, not GPU time" if timer == "cpu-wall" else timer
+    lines = [f"benchmark ({clock}): geomean {format_value(f.get('geomean_us'))} us, "
+             f"speedup {format_value(f.get('speedup'))}x vs the reference (>1 is faster)"]
+    rows = f.get("per_case") or []
+    for row in rows[:AGENT_CASES]:
+        lines.append(f"  {row.get('case')}: {format_value(row.get('median_us'))} us "
+                     f"(p10 {format_value(row.get('p10_us'))}, p90 "
+                     f"{format_value(row.get('p90_us'))}), reference "
+                     f"{format_value(row.get('ref_median_us'))} us, speedup "
+                     f"{format_value(row.get('speedup'))}x"
+                     + (f"; torch.compile {format_value(row['compiled_median_us'])} us, "
+                        f"speedup {format_value(row.get('speedup_vs_compiled'))}x"
+                        if "compiled_median_us" in row else "")
+                     + (f"; autotuned {row['config']}" if row.get("config") else "")
+                     + _slow_clock(row))
+    if len(rows) > AGENT_CASES:
+        lines.append(f"  ... {len(rows) - AGENT_CASES} more case(s)")
+    if f.get("compiled_error"):
+        lines.append(f"  torch.compile(reference) not timed: {f['compiled_error']}")
+    elif "speedup_vs_compiled" in f:
+        lines.append(f"  speedup {format_value(f['speedup_vs_compiled'])}x vs "
+                     f"torch.compile(reference) (its compiles, "
+                     f"{format_value(f.get('compiled_warm_up_s'))} s, not timed)")
+    return lines
+
+
+def _roofline_lines(rung: RungResult | None) -> list[str]:
+    if rung is None or "pct_of_roofline" not in rung.figures:
+        return []
+    f = rung.figures
+    lines = [f"roofline: {f.get('verdict')}, {format_value(f.get('pct_of_roofline'))}% of the "
+             f"binding ceiling (geomean), {f.get('at_roofline')} case(s) at >= "
+             f"{format_value(f.get('threshold_pct'))}%; ceilings {f.get('ceilings_from')}"]
+    for row in (f.get("per_case") or [])[:AGENT_CASES]:
+        if row.get("verdict"):
+            lines.append(f"  {row['case']}: {format_value(row.get('pct'))}% of {row['ceiling']}"
+                         f" ({row['bound']}-bound, {format_value(row.get('tflops'))} TFLOP/s, "
+                         f"{format_value(row.get('gbps'))} GB/s), {row['verdict']}")
+    return lines
+
+
+def _next_step(run: Run, failed: RungResult | None) -> str:
+    if run.error:
+        return ("read judge.log in the run's folder (runs/<run id>/ beside the store); if "
+                "the error repeats on a plain re-run, it is a krung bug")
+    if failed is not None:
+        return _next_for_failure(failed)
+    roofline = run.rung("roofline")
+    if roofline is not None and roofline.ok:
+        if roofline.figures.get("verdict") == "at-roofline":
+            return ("every bench case is at the roofline: stop optimising this kernel, or cut "
+                    "the work itself (fewer bytes or flops)")
+        return (f"{format_value(roofline.figures.get('pct_of_roofline'))}% of the roofline; "
+                f"the furthest case is {roofline.figures.get('worst_case')}: "
+                f"{roofline.figures.get('limiter')}")
+    # A rung skipped for want of a GPU is no step to take; one skipped for a need is, and a
+    # correctness left unchecked is the first thing to say.
+    skipped = [r for r in run.rungs if r.status is Status.SKIPPED
+               and (r.reason or "").startswith("needs ")]
+    roots = [r for r in run.rungs if r.status is Status.SKIPPED
+             and not (r.reason or "").startswith("needs ")]
+    correctness = run.rung("correctness")
+    if correctness is not None and correctness.status is Status.SKIPPED and roots:
+        return (f"correctness is not checked yet: {roots[0].name} was skipped ({roots[0].reason});"
+                " evaluate it where that rung can run before relying on this version")
+    if skipped:
+        return f"{skipped[0].name} was skipped: {skipped[0].reason}"
+    bench = run.rung("benchmark")
+    if bench is None:
+        return "the version is correct; climb the benchmark rung to time it"
+    rows = [r for r in bench.figures.get("per_case") or [] if r.get("speedup")]
+    slowest = min(rows, key=lambda r: r["speedup"], default=None)
+    cpu = bench.figures.get("timer") == "cpu-wall"
+    note = (" (these are interpreter times on a CPU, which say little about the GPU: time it "
+            "on a GPU before optimising)" if cpu else "")
+    if slowest is not None and slowest["speedup"] < 1:
+        slower = sum(r["speedup"] < 1 for r in rows)
+        return (f"correct but slower than the reference on {slower} of {len(rows)} bench "
+                f"case(s), most on {slowest['case']}{note}")
+    target = f", the least gain on {slowest['case']}" if slowest is not None else ""
+    return (f"correct and faster than the reference{target}; compare with earlier versions "
+            f"(history, diff of two runs) before the next optimisation{note}")
+
+
+def _next_for_failure(failed: RungResult) -> str:
+    where = f" at {failed.location}" if failed.location else ""
+    kind = failed.error_type or "error"
+    if kind == "Mismatch":
+        cases = failed.figures.get("failed_cases") or []
+        first = f" (start with {cases[0]})" if cases else ""
+        return ("the outputs are wrong on some cases" + first + ": compare the failing and "
+                "the passing sizes, follow the hint, fix, and evaluate again")
+    if kind in ("WorkerCrashed", "Timeout", "WorkerDead"):
+        return (f"the version's process {'hung' if kind == 'Timeout' else 'died'}{where}: "
+                "read worker.log in the run's folder (runs/<run id>/ beside the store) for "
+                "its stack, fix, and evaluate again")
+    if kind == "InternalError":
+        return "the problem's code or krung raised this, not the version: read the details"
+    see = " (see the hint)" if failed.hint else ""
+    return f"fix the {kind}{where}{see}, then evaluate again"
+
+
+def _indented(lines: list[str]) -> list[str]:
+    if len(lines) > AGENT_DETAIL_LINES:
+        lines = [*lines[:AGENT_DETAIL_LINES], f"... ({len(lines) - AGENT_DETAIL_LINES} more)"]
+    return [f"  | {line}" for line in lines]
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= AGENT_LINE_CHARS else line[:AGENT_LINE_CHARS - 3] + "..."
+
+
+def _file_name(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]

@@ -1,0 +1,85 @@
+"""The local executor: evaluations on this machine, several at once if asked.
+
+Slots are taken from a queue by threads that each call `krung.evaluate` (which starts its own
+judge and worker processes). With `gpus`, a slot is one GPU: its evaluations see only that GPU
+(CUDA_VISIBLE_DEVICES). Two benchmarks never share a GPU at once: more than one slot per GPU
+is allowed only for batches that do not benchmark, and so are several workers without `gpus`
+on a machine with a GPU (they would all run on its first GPU).
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+from krung.host.evaluate import evaluate
+from krung.host.scale import Job, Outcome
+from krung.judge.ladder import select
+from krung.protocol.errors import KrungError, UsageError
+from krung.protocol.settings import Settings
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, workers: int = 1, gpus: list[str] | str | None = None, per_gpu: int = 1):
+        # one slot per GPU named (twice named is still one GPU: --per-gpu says how many)
+        self.gpus = visible_gpus() if gpus == "all" else list(dict.fromkeys(gpus or []))
+        if gpus == "all" and not self.gpus:
+            raise UsageError("--gpus all found no GPU (nvidia-smi lists none)",
+                             hint="run on a machine with NVIDIA GPUs, or use --workers N")
+        if workers < 1 or per_gpu < 1:
+            raise UsageError("workers and per-GPU slots must be at least 1",
+                             hint="e.g. --workers 2, or --gpus 0,1 --per-gpu 2")
+        self.per_gpu = per_gpu
+        self.slots = len(self.gpus) * per_gpu if self.gpus else workers
+
+    def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
+        if self.gpus and self.per_gpu > 1 and any(
+                "benchmark" in select(job.rungs) for job in jobs):
+            raise UsageError("two benchmarks would share a GPU (--per-gpu above 1)",
+                             hint="use --per-gpu 1, or --rungs without benchmark for "
+                                  "correctness-only batches")
+        if not self.gpus and self.slots > 1 and any(
+                "benchmark" in select(job.rungs) and (job.device or settings.device) != "cpu"
+                for job in jobs) and visible_gpus():
+            raise UsageError(f"{self.slots} benchmarks would share a GPU (--workers "
+                             f"{self.slots} without --gpus runs them all on the first GPU)",
+                             hint="pin each worker to its own GPU with --gpus all (or "
+                                  "--gpus 0,1), or use --workers 1, or --rungs without "
+                                  "benchmark for correctness-only batches")
+        slots: queue.Queue[dict[str, str]] = queue.Queue()
+        for gpu in self.gpus or [None] * self.slots:
+            for _ in range(self.per_gpu if gpu is not None else 1):
+                slots.put({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})
+        with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="krung-slot") as pool:
+            pending: set[Future[Outcome]] = {
+                pool.submit(_run_in_slot, job, settings, slots) for job in jobs}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+
+
+def _run_in_slot(job: Job, settings: Settings, slots: queue.Queue[dict[str, str]]) -> Outcome:
+    env = slots.get()
+    try:
+        run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
+                       seed=job.seed, precision=job.precision, settings=settings, env=env)
+        return Outcome(job, run=run)
+    except KrungError as exc:  # this job cannot run (its file is missing, say); the rest can
+        return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
+    finally:
+        slots.put(env)
+
+
+def visible_gpus() -> list[str]:
+    """The GPU indices nvidia-smi lists (without importing torch in the caller)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip().isdigit()]

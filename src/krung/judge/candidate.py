@@ -1,0 +1,205 @@
+"""The judge's handle on the candidate worker: start it, ask it things, survive it.
+
+Every request has a timeout. A worker that hangs is asked for its Python stack (SIGUSR1,
+faulthandler) and killed with its whole process group; a worker that dies is described by
+its exit status or signal, with the tail of its log and the version's line where the stack
+shows one. Either way the rung fails with those facts and krung carries on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from krung.protocol.channel import Channel, ChannelClosed, TooLarge, spawn
+from krung.protocol.errors import RungFailed
+
+LOG_TAIL_BYTES = 16_384
+
+_SIGNALS = {
+    signal.SIGSEGV: "SIGSEGV (segmentation fault: a bad pointer in native code)",
+    signal.SIGBUS: "SIGBUS (bus error: a misaligned or unmapped access in native code)",
+    signal.SIGABRT: "SIGABRT (abort: a failed assertion in native code, or a C++ exception)",
+    signal.SIGFPE: "SIGFPE (arithmetic fault in native code)",
+    signal.SIGILL: "SIGILL (illegal instruction)",
+    signal.SIGKILL: "SIGKILL (killed: out of host memory, or by another process)",
+    signal.SIGXFSZ: "SIGXFSZ (wrote more output than the file size limit allows)",
+}
+
+
+class Candidate:
+    def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False,
+                 max_file_bytes: int = 1 << 30, prefix: list[str] | None = None,
+                 log_name: str = "worker.log", env: dict[str, str] | None = None,
+                 exit_wait_s: float = 10):
+        self.device = device
+        # How long a worker whose channel closed may take to exit before it is killed; a
+        # tool it runs under writes its report then (compute-sanitizer: give it longer).
+        self.exit_wait_s = exit_wait_s
+        self.extra_env = env or {}
+        self.prefix = prefix or []  # a tool to run the worker under (compute-sanitizer)
+        self.cuda_ipc = cuda_ipc
+        self.max_file_bytes = max_file_bytes
+        self.log = run_dir / log_name
+        self.solution = solution
+        self.process: subprocess.Popen | None = None
+        self.channel: Channel | None = None
+        self.facts: dict[str, Any] = {}
+        self.dead: str | None = None  # why the worker is gone, once it is
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        # MALLOC_PERTURB_: glibc fills every block it hands out with 0x7F bytes (huge values
+        # or NaN in every float type), so a CPU output that is not fully written is garbage.
+        env = dict(os.environ, PYTHONUNBUFFERED="1", MALLOC_PERTURB_="128", **self.extra_env)
+        if self.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        self.started_at = time.perf_counter()
+        args = ["--device", self.device, "--max-file-bytes", str(self.max_file_bytes)]
+        if self.cuda_ipc:
+            args.append("--cuda-ipc")
+        if not self.prefix:  # CUPTI would collide with ncu's or compute-sanitizer's hooks
+            args.append("--warm-profiler")
+        self.process, self.channel = spawn("krung.worker.serve", args, log=self.log, env=env,
+                                           new_session=True, prefix=self.prefix)
+
+    def use_cuda_ipc(self) -> None:
+        """Send and take GPU tensors by IPC handle; the worker does so when it runs on CUDA."""
+        assert self.channel is not None
+        self.channel.cuda_ipc = self.cuda_ipc
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def hello(self, timeout: float) -> dict[str, Any]:
+        if not self.facts:
+            self.facts = self._receive("starting the worker", timeout)
+            self.facts["startup_s"] = round(time.perf_counter() - self.started_at, 3)
+        return self.facts
+
+    def request(self, message: dict[str, Any], timeout: float, what: str,
+                max_tensor_bytes: int | None = None) -> dict[str, Any]:
+        """Send one request and wait for its reply; raise RungFailed if the worker fails us."""
+        self.hello(timeout)
+        assert self.channel is not None
+        try:
+            self.channel.send(message)
+        except ChannelClosed:
+            self._died(what)
+        return self._receive(what, timeout, max_tensor_bytes)
+
+    def _receive(self, what: str, timeout: float,
+                 max_tensor_bytes: int | None = None) -> dict[str, Any]:
+        if self.dead:
+            raise RungFailed("WorkerDead", f"the version's process is gone ({self.dead})",
+                             "fix the failure reported by the earlier rung first")
+        assert self.channel is not None
+        if not self.channel.poll(timeout):
+            self._timed_out(what, timeout)
+        try:
+            return self.channel.recv(max_tensor_bytes)
+        except ChannelClosed:
+            self._died(what)
+        except TooLarge as exc:
+            self.kill()
+            self.dead = "its reply was too large"
+            raise RungFailed("OutputTooLarge", f"{exc} (in {what})",
+                             "return outputs of the reference's shapes and dtypes") from None
+        except ValueError as exc:  # not JSON: something other than the worker loop wrote it
+            self.kill()
+            self.dead = "it sent a malformed message"
+            raise RungFailed("ProtocolError", f"the version's process sent a malformed message "
+                             f"during {what} ({exc})",
+                             "a version must not write to krung's channel") from None
+        raise AssertionError("unreachable")
+
+    def _timed_out(self, what: str, timeout: float) -> None:
+        assert self.process is not None
+        try:  # faulthandler in the worker writes every thread's stack to the log
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+        except ProcessLookupError:
+            pass
+        self.kill()
+        self.dead = f"killed after {what} hung"
+        tail = self.log_tail()
+        raise RungFailed(
+            "Timeout", f"{what} did not finish within {timeout:g} s; the worker was killed",
+            "look for an endless loop (a Python loop, or a GPU kernel whose loop bound or mask "
+            "never ends it); the stack at the moment it was stopped is in the details; raise "
+            "the limit with --timeout if the version is only slow",
+            location=self._location(tail), details=tail)
+
+    def _died(self, what: str) -> None:
+        assert self.process is not None
+        try:
+            code = self.process.wait(timeout=self.exit_wait_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.process.wait()
+        self.kill()  # whatever it left behind in its process group
+        if code < 0:
+            how = f"was killed by {_SIGNALS.get(signal.Signals(-code), signal.Signals(-code).name)}"
+        elif code == 0:
+            how = ("exited with status 0: the version (or something it called) ended the "
+                   "process, e.g. with os._exit")
+        else:
+            how = f"exited with status {code}"
+        self.dead = f"it {how} during {what}"
+        tail = self.log_tail()
+        raise RungFailed("WorkerCrashed", f"the version's process {how} during {what}",
+                         "a version must return its outputs; read the log tail in the details "
+                         "for the native stack or the last message",
+                         location=self._location(tail), details=tail)
+
+    def _location(self, log_tail: str) -> str | None:
+        """The version's innermost line in a faulthandler or traceback dump, if any."""
+        pattern = re.compile(r'File "' + re.escape(str(self.solution)) + r'", line (\d+)')
+        found = pattern.findall(log_tail)
+        return f"{self.solution}:{found[-1]}" if found else None
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - LOG_TAIL_BYTES))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return text if size <= LOG_TAIL_BYTES else "...\n" + text.split("\n", 1)[-1]
+
+    def kill(self) -> None:
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+    def close(self) -> None:
+        """End the worker. It keeps nothing worth a graceful exit, and killing it spares the
+        half second torch takes to tear down."""
+        self.kill()
+        if self.channel is not None:
+            self.channel.close()
+
+    def finish(self, timeout: float) -> int | None:
+        """End the worker by closing its channel and let it exit by itself, for a tool it
+        runs under that writes its report at exit (compute-sanitizer's error summary).
+        Killed after `timeout` s; returns its exit status, or None when it had to be killed."""
+        if self.channel is not None:
+            self.channel.close()
+        code = None
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.process.wait(timeout=timeout)
+        self.kill()  # what it left behind in its process group, or itself if it hung
+        return code

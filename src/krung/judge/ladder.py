@@ -1,0 +1,224 @@
+"""The ladder: rungs in order, each a module (or package) under krung/judge/rungs with `NEEDS` and `run(ctx)`.
+
+A rung returns its figures or raises RungFailed; `climb` turns either (or any other
+exception) into a RungResult. A rung is skipped when a rung it needs failed or was skipped;
+a needed rung that was not selected does not block it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from krung.judge.contract import (
+    check_conduct,
+    check_inputs_unchanged,
+    check_outputs,
+    dtype_name,
+    forbidden_op_names,
+)
+from krung.protocol import tree
+from krung.protocol.errors import RungFailed, UsageError
+from krung.protocol.results import RungResult, Status
+from krung.worker.guard import NAN_BYTE
+
+if TYPE_CHECKING:
+    from krung.judge.candidate import Candidate
+    from krung.judge.problem import Problem
+    from krung.judge.solution import Solution
+    from krung.protocol.settings import Settings
+
+# The implemented rungs, in the order they run. `trace` is only on request: it needs a
+# kernel instrumented with krung.trace.
+RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark", "artifacts",
+         "profile", "roofline", "trace")
+DEFAULT_LADDER = tuple(r for r in RUNGS if r != "trace")
+
+
+class RungSkipped(Exception):
+    """Raised by a rung that cannot run here (e.g. no GPU for the profiler)."""
+
+
+def select(spec: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The rungs to climb, in ladder order, from `a,b` or a list; all by default."""
+    if spec is None or spec == "" or spec == []:
+        return list(DEFAULT_LADDER)
+    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else list(spec)
+    unknown = [n for n in names if n not in RUNGS]
+    if unknown:
+        raise UsageError(f"unknown rung(s): {', '.join(unknown)}",
+                         hint=f"choose from: {','.join(RUNGS)}")
+    return [n for n in RUNGS if n in names]
+
+
+@dataclass
+class Context:
+    """What every rung can use. Lives in the judge process."""
+
+    problem: Problem
+    solution: Solution
+    device: str
+    candidate: Candidate
+    settings: Settings
+    seed: int
+    run_dir: Path
+    results: dict[str, RungResult] = field(default_factory=dict)
+    progress: Callable[[str, str], None] = lambda rung, message: None
+    loaded: bool = False
+    env: dict[str, Any] = field(default_factory=dict)  # device facts (judge.environment)
+    # The device ceilings kept in the store (krung.judge.rungs.roofline.calibration), and how to keep a new one:
+    # the store belongs to the caller, so a calibration made here is sent there.
+    calibrations: list[dict[str, Any]] = field(default_factory=list)
+    save_calibration: Callable[[dict[str, Any]], None] = lambda entry: None
+
+    def seed_for(self, purpose: str, *parts: Any) -> int:
+        """A case seed derived from the evaluation's secret seed: fresh for every run."""
+        return derive_seed(self.seed, purpose, *parts)
+
+    def make_inputs(self, case: dict, seed: int) -> tuple:
+        return tuple(self.problem.make_inputs(dict(case), seed, self.device))
+
+    def expected(self, inputs: tuple) -> list:
+        """The reference's outputs, on copies so the reference cannot alter the inputs."""
+        result = self.problem.reference(*tree.clone(inputs))
+        return list(result) if isinstance(result, (tuple, list)) else [result]
+
+    def load(self) -> dict[str, Any]:
+        """Import the version in the worker (once); raise RungFailed if that fails."""
+        what = "the import of the version"
+        reply = self.candidate.request(self.load_message(), self.settings.compile_timeout_s,
+                                       what)
+        if not reply.get("ok"):
+            raise failure(reply["error"], what)
+        self.loaded = True
+        return reply
+
+    def load_message(self) -> dict[str, Any]:
+        """The `load` request for any worker of this version (the ladder's own, or a fresh
+        one under ncu or compute-sanitizer): its file, the problem's entry and import paths,
+        and on a GPU the build cache torch builds CUDA C++ in."""
+        request = load_request(self.problem, self.solution.path)
+        if self.device != "cpu" and self.solution.dsl == "cuda":
+            from krung.protocol import build_cache  # torch builds CUDA C++ in a cache by the store
+
+            request["build_cache"] = str(build_cache.root_for(self.run_dir))
+        return request
+
+    def ask(self, message: dict[str, Any], what: str, timeout: float,
+            max_tensor_bytes: int | None = None) -> dict[str, Any]:
+        """One request to the worker, with the version loaded; RungFailed if it fails."""
+        if not self.loaded:
+            self.load()
+        reply = self.candidate.request(message, timeout, what, max_tensor_bytes)
+        if not reply.get("ok"):
+            raise failure(reply["error"], what)
+        return reply
+
+    def checked_call(self, inputs: tuple, expected: list, what: str, *,
+                     poison_byte: int = NAN_BYTE, trace: bool = False) -> dict[str, Any]:
+        """Run the version once under the call contract (krung.judge.contract): the memory its
+        outputs will likely get is poisoned first (and so are output buffers passed among
+        its inputs); its outputs, its inputs afterwards and its conduct are checked; a reply
+        far larger than the outputs is refused unread."""
+        writable = self.problem.writable_leaves(inputs)
+        message = {
+            "op": "call", "inputs": list(poison_leaves(inputs, writable, poison_byte)),
+            "poison": {"byte": poison_byte, "specs": [
+                {"shape": list(e.shape), "dtype": dtype_name(e)} for e in expected]},
+            "return_inputs": not self.problem.inplace,
+            "trace_ops": trace and bool(self.problem.forbid_ops),
+        }
+        limit = 2 * (nbytes(inputs) + nbytes(expected)) + (1 << 20)
+        reply = self.ask(message, what, self.settings.call_timeout_s, limit)
+        check_conduct(reply, what, forbidden_op_names(self.problem.forbid_ops))
+        check_outputs(reply, expected, self.device, what)
+        if "inputs_after" in reply:
+            check_inputs_unchanged(reply["inputs_after"], inputs, what, writable)
+        return reply
+
+
+def derive_seed(secret: int, purpose: str, *parts: Any) -> int:
+    """A seed for one purpose, derived from the evaluation's secret seed."""
+    text = "/".join(str(p) for p in (secret, purpose, *parts))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def load_request(problem: Problem, path: Path) -> dict[str, Any]:
+    """The worker's `load` request: the version's file and the entry the format asks for."""
+    return {"op": "load", "path": str(path), "entry": problem.entry}
+
+
+def poison_leaves(inputs: tuple, writable: set[int], byte: int) -> tuple:
+    """A copy of `inputs` whose output buffers (the writable leaves) are filled with `byte`,
+    so an element the version does not write shows; the other tensors are shared."""
+    if not writable:
+        return inputs
+
+    def fill(index: int, tensor: Any) -> Any:
+        if index not in writable:
+            return tensor
+        import torch
+
+        poisoned = torch.empty_like(tensor)
+        poisoned.untyped_storage().fill_(byte)
+        return poisoned
+
+    return tree.map_leaves(fill, inputs)
+
+
+def nbytes(value: Any) -> int:
+    return tree.nbytes(value)
+
+
+def failure(error: dict[str, Any], what: str) -> RungFailed:
+    """A worker's error record as a RungFailed."""
+    return RungFailed(error.get("type", "Error"), f"{error.get('message', '')} (in {what})",
+                      error.get("hint"), location=error.get("location"),
+                      details=error.get("details"))
+
+
+def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None]) -> None:
+    for name in names:
+        module = importlib.import_module(f"krung.judge.rungs.{name}")
+        blocked = [need for need in module.NEEDS
+                   if need in ctx.results and not ctx.results[need].ok]
+        if blocked:
+            need = blocked[0]
+            state = ctx.results[need].status.value
+            # The root cause once, on the rungs right after the rung that could not run.
+            why = ctx.results[need].reason if state == "skipped" else None
+            if why and why.startswith("needs "):
+                why = None
+            result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}"
+                                + (f" ({why})" if why else ""))
+        else:
+            result = run_rung(name, module.run, ctx)
+        ctx.results[name] = result
+        emit(result)
+
+
+def run_rung(name: str, fn: Callable[[Context], dict[str, Any]], ctx: Context) -> RungResult:
+    start = time.perf_counter()
+    try:
+        figures = fn(ctx)
+        result = RungResult(name, Status.OK, figures=figures)
+    except RungSkipped as skip:
+        result = RungResult(name, Status.SKIPPED, reason=str(skip))
+    except RungFailed as failed:
+        result = RungResult(name, Status.FAILED, figures=failed.figures,
+                            error=f"{failed.error_type}: {failed.message}",
+                            error_type=failed.error_type, hint=failed.hint,
+                            location=failed.location, details=failed.details)
+    except Exception as exc:  # krung's or the problem's own fault, not the version's
+        result = RungResult(
+            name, Status.FAILED, error=f"{type(exc).__name__}: {exc}", error_type="InternalError",
+            hint="this error comes from krung or from the problem's code, not from the version",
+            details=traceback.format_exc())
+    result.duration_s = time.perf_counter() - start
+    return result

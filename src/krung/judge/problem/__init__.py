@@ -1,0 +1,235 @@
+"""Problems: what must be computed, how to make inputs, and how much work that is.
+
+Three formats, one model (`Problem`), so the ladder runs the same over each:
+
+- native: a directory holding `problem.py` (krung's own, see native.py);
+- KernelBench: one `.py` file with `class Model(nn.Module)`, `get_inputs()` and
+  `get_init_inputs()` (kernelbench.py);
+- GPU MODE reference-kernels: a directory holding `reference.py` and `task.yml` (gpumode.py).
+
+`find_problem` turns what a user typed (a path, or a built-in name) into a path and
+`detect_format` names its format, both by looking at files, never importing them (the caller
+never imports torch or a problem); `load_problem` imports and validates it (in the judge).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from krung.protocol.errors import UsageError
+
+PROBLEM_FILE = "problem.py"
+NATIVE, KERNELBENCH, GPUMODE = "native", "kernelbench", "gpumode"
+GPUMODE_FILES = ("reference.py", "task.yml")
+KERNELBENCH_NAMES = ("class Model", "def get_inputs", "def get_init_inputs")
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # KernelBench's names
+
+
+@dataclass
+class Problem:
+    name: str
+    path: Path
+    reference: Callable[..., Any]
+    make_inputs: Callable[[dict, int, str], tuple]
+    test_cases: list[dict]
+    bench_cases: list[dict]
+    flops: Callable[[dict], int]
+    bytes_moved: Callable[[dict], int]
+    cpu_bench_cases: list[dict] = field(default_factory=list)
+    tolerance: Any = None
+    description: str = ""
+    format: str = NATIVE
+    # Trust policy (see krung/contract.py): Python names the version must not use (`static`
+    # rung), torch operators it must not run (traced at run time), and whether it may write
+    # its inputs.
+    forbid: list[str] = field(default_factory=list)
+    forbid_ops: list[str] = field(default_factory=list)
+    inplace: bool = False
+    derive_case: Callable[..., dict | None] | None = None
+    # What the version defines and how the worker takes it (krung/entries.py).
+    entry: dict[str, Any] = field(default_factory=lambda: {"kind": "function", "name": "kernel"})
+    entry_doc: str = ""  # the entry point in words, for agents (describe)
+    reference_code: Any = None  # what to show as the reference's source (a class, a function)
+    # Modules beside the problem a version may import (GPU MODE's task.py and utils.py).
+    shared_modules: list[str] = field(default_factory=list)
+    # The problem's own verdict, run in the judge: check(inputs, output) -> (ok, message).
+    check: Callable[[tuple, Any], tuple[bool, str]] | None = None
+    # False: the problem's own check decides closeness, and krung's per-dtype tolerance only
+    # reports its metrics (NaN/Inf where the reference is finite still fails).
+    tolerance_decides: bool = True
+    # Which leaves of these inputs (tree.leaves order) are output buffers the version may
+    # write; they are poisoned before each checked call and exempt from the unchanged check.
+    writable: Callable[[tuple], set[int]] | None = None
+    setup: Callable[[int, str], None] | None = None  # (secret-derived seed, device), in the judge
+    ranking_by: str | None = None  # GPU MODE: how bench cases make one score (last, mean, geom)
+    timeouts: dict[str, float] = field(default_factory=dict)  # caps on krung's settings
+    facts: dict[str, Any] = field(default_factory=dict)  # recorded with the run (env)
+
+    def writable_leaves(self, inputs: tuple) -> set[int]:
+        """The output buffers among these inputs (none unless the format passes some)."""
+        return self.writable(inputs) if self.writable else set()
+
+    def bench_cases_for(self, device: str) -> list[dict]:
+        """Bench cases sized for the device: the interpreter on a CPU needs small ones."""
+        if device == "cpu":
+            return self.cpu_bench_cases or [min(self.bench_cases, key=case_size)]
+        return self.bench_cases
+
+
+def case_label(case: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in case.items())
+
+
+def case_size(case: dict) -> int:
+    """The product of a case's integer sizes: a rough measure of how much work it is."""
+    size = 1
+    for value in case.values():
+        if isinstance(value, int) and not isinstance(value, bool):
+            size *= max(value, 1)
+    return size
+
+
+def builtin_dir() -> Path:
+    """Where the built-in problems are: in the installed package, or in the source tree."""
+    here = Path(__file__).resolve().parents[2]  # the krung package
+    packaged = here / "builtin_problems"
+    return packaged if packaged.is_dir() else here.parent.parent / "problems"
+
+
+def builtin_problems() -> list[tuple[str, str]]:
+    """(name, description) of each built-in problem, read without importing anything."""
+    root = builtin_dir()
+    found = []
+    for path in sorted(root.glob(f"*/{PROBLEM_FILE}")):
+        found.append((path.parent.name, read_description(path)))
+    return found
+
+
+def read_description(problem_file: Path) -> str:
+    """The problem's `description` (or its docstring), by parsing, not importing."""
+    try:
+        tree = ast.parse(problem_file.read_text(), filename=str(problem_file))
+    except (OSError, SyntaxError):
+        return ""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                and any(isinstance(t, ast.Name) and t.id == "description" for t in node.targets)):
+            return str(node.value.value).strip()
+    doc = (ast.get_docstring(tree) or "").strip()
+    return doc.split("\n")[0]
+
+
+_LOOKED_FOR = (f"krung's format: a directory holding {PROBLEM_FILE}; GPU MODE: a directory "
+               f"holding {' and '.join(GPUMODE_FILES)}; KernelBench: a .py file defining "
+               f"{', '.join(f'`{n}`' for n in KERNELBENCH_NAMES)} at module level")
+
+
+def find_problem(spec: str | Path) -> Path:
+    """The problem's path (a directory, or a KernelBench file) for a path or a built-in name.
+    Raises UsageError naming what was looked for when the path is in no known format."""
+    path = Path(spec)
+    if path.is_file():
+        if path.name == PROBLEM_FILE or path.name in GPUMODE_FILES:
+            return find_problem(path.parent)
+        missing = kernelbench_missing(path)
+        if not missing:
+            return path.resolve()
+        raise UsageError(f"{path} is not a problem: it is not a KernelBench problem file "
+                         f"(no {', '.join(f'`{m}`' for m in missing)} at module level)",
+                         hint=f"give a problem in one of the formats krung reads: {_LOOKED_FOR}")
+    if path.is_dir():
+        if (path / PROBLEM_FILE).is_file():
+            return path.resolve()
+        if all((path / name).is_file() for name in GPUMODE_FILES):
+            return path.resolve()
+        present = [name for name in GPUMODE_FILES if (path / name).is_file()]
+        found = f" (it has {present[0]} but not the other)" if present else ""
+        raise UsageError(f"{path} is not a problem directory{found}",
+                         hint=f"looked for {_LOOKED_FOR}; `krung new NAME` scaffolds a "
+                              "problem in krung's format")
+    builtin = builtin_dir() / str(spec)
+    if (builtin / PROBLEM_FILE).is_file():
+        return builtin.resolve()
+    names = ", ".join(name for name, _ in builtin_problems())
+    raise UsageError(f"no problem at {spec!r}: not a file or directory, and not a built-in "
+                     "problem",
+                     hint=f"give a problem directory, or one of the built-in problems: {names} "
+                          f"(krung reads {_LOOKED_FOR})")
+
+
+def detect_format(path: Path) -> str:
+    """The format of a path `find_problem` returned, by its files alone."""
+    if path.is_file():
+        return KERNELBENCH
+    if (path / PROBLEM_FILE).is_file():
+        return NATIVE
+    return GPUMODE
+
+
+def problem_name(path: Path, precision: str | None = None) -> str:
+    """How runs name a problem: its directory's name, or a KernelBench file's stem; a
+    KernelBench precision other than fp32 is part of the name (`1_ReLU@bf16`), so runs at
+    each precision keep their own history, parents and best."""
+    name = path.stem if path.is_file() else path.name
+    return f"{name}@{precision}" if precision and precision != "fp32" else name
+
+
+def history_name(spec: str) -> str:
+    """The name runs of `spec` are recorded under: a problem's path gives its name (a
+    directory's name, a KernelBench file's stem), `PATH@bf16` adds the precision; anything
+    else is taken as the name itself (`1_ReLU@bf16`)."""
+    base, at, precision = spec.rpartition("@")
+    path = Path(base if at else spec)
+    if path.is_dir() or path.is_file():
+        return problem_name(path.resolve(), precision if at else None)
+    return spec
+
+
+def kernelbench_missing(path: Path) -> list[str]:
+    """Which of KernelBench's module-level definitions a .py file lacks (all of them when it
+    is not Python at all); parsed, never imported."""
+    if path.suffix != ".py":
+        return list(KERNELBENCH_NAMES)
+    try:
+        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return list(KERNELBENCH_NAMES)
+    defined = {f"class {n.name}" for n in tree.body if isinstance(n, ast.ClassDef)}
+    defined |= {f"def {n.name}" for n in tree.body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return [name for name in KERNELBENCH_NAMES if name not in defined]
+
+
+def precision_dtype(precision: str | None) -> str | None:
+    """The torch dtype name for a KernelBench precision (fp32, fp16, bf16)."""
+    if precision is None:
+        return None
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision {precision!r} is not one krung knows",
+                         hint=f"use one of: {', '.join(PRECISIONS)}")
+    return PRECISIONS[precision]
+
+
+def load_problem(path: Path, precision: str | None = None) -> Problem:
+    """Import and validate a problem in its format; raises ProblemError listing every defect,
+    UsageError when `precision` is given for a format that does not take one."""
+    kind = detect_format(path)
+    if precision is not None and kind != KERNELBENCH:
+        raise UsageError(f"--precision applies to KernelBench problems; {path} is in "
+                         f"{kind} format, whose cases name their own dtypes",
+                         hint="drop --precision")
+    if kind == KERNELBENCH:
+        from krung.judge.problem.kernelbench import load_kernelbench
+
+        return load_kernelbench(path, precision or "fp32")
+    if kind == GPUMODE:
+        from krung.judge.problem.gpumode import load_gpumode
+
+        return load_gpumode(path)
+    from krung.judge.problem.native import load_native
+
+    return load_native(path)

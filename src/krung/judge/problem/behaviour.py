@@ -1,0 +1,83 @@
+"""Does a problem's input generator behave? Checked in the judge before any rung, in every
+format: on the smallest test case, inputs are deterministic in their seed, change with it,
+are not all zeros, and the reference runs on them.
+
+Output buffers handed in with the inputs (GPU MODE's `torch.empty` outputs) are left out:
+their contents are whatever the allocator had, and the reference overwrites them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from krung.judge.problem import GPUMODE, KERNELBENCH, Problem, case_size
+from krung.protocol import tree
+from krung.protocol.errors import ProblemError
+
+Defects = list[tuple[str, str]]
+
+# How each format names its generator, and how to make it use the seed krung passes.
+_GENERATOR = {
+    KERNELBENCH: ("get_inputs()", "draw the inputs with torch's random functions (torch.randn, "
+                                  "torch.rand): krung seeds torch's global generator before "
+                                  "each call"),
+    GPUMODE: ("generate_input(**case)", "seed a generator from the `seed` argument and pass it "
+                                        "to every random call: `g = torch.Generator(device=...)"
+                                        ".manual_seed(seed)`"),
+}
+_NATIVE = ("make_inputs", "seed a generator from `seed` and pass it to every random call: "
+                          "`g = torch.Generator(device=device).manual_seed(seed)`")
+
+
+def check_behaviour(problem: Problem, device: str) -> None:
+    """Run the generator and the reference on the smallest test case; raise on defects."""
+    import torch
+
+    name, fix_seed = _GENERATOR.get(problem.format, _NATIVE)
+    case = min(problem.test_cases, key=case_size)
+    defects: Defects = []
+    try:
+        first = problem.make_inputs(dict(case), 1234, device)
+        again = problem.make_inputs(dict(case), 1234, device)
+        other = problem.make_inputs(dict(case), 4321, device)
+    except Exception as exc:
+        raise ProblemError(str(problem.path), [(
+            f"{name} on case {case} ({device}) raised {type(exc).__name__}: {exc}",
+            f"make {name} work for every declared case on this device")]) from exc
+    flat = problem.format not in (KERNELBENCH, GPUMODE)
+    if not isinstance(first, (tuple, list)) or (
+            flat and not all(isinstance(t, torch.Tensor) for t in first)):
+        raise ProblemError(str(problem.path), [(
+            f"{name} returned {type(first).__name__}, not a tuple of tensors",
+            "return a tuple of tensors, in the order reference(*inputs) takes them")])
+    if not tree.leaves(first):
+        raise ProblemError(str(problem.path), [(
+            f"{name} returned no tensors", "return the inputs as tensors")])
+    buffers = problem.writable_leaves(tuple(first))
+
+    def drawn(inputs: tuple) -> list:
+        return [t for i, t in enumerate(tree.leaves(inputs)) if i not in buffers]
+
+    if any(t.numel() > 0 and not bool(t.ne(0).any()) for t in drawn(first)):
+        defects.append((f"{name} returned an all-zero tensor",
+                        "draw random values (torch.randn/rand with the seeded generator)"))
+    same = [_equal(a, b) for a, b in zip(drawn(first), drawn(again), strict=True)]
+    if not all(same):
+        defects.append((f"{name} is not deterministic: the same seed gave different inputs",
+                        fix_seed))
+    elif all(_equal(a, b) for a, b in zip(drawn(first), drawn(other), strict=True)):
+        defects.append((f"{name} ignores its seed: two seeds gave the same inputs", fix_seed))
+    try:
+        problem.reference(*tree.clone(tuple(first)))
+    except Exception as exc:
+        defects.append((f"the reference on {name} for case {case} raised "
+                        f"{type(exc).__name__}: {exc}",
+                        "make the reference run on every declared case"))
+    if defects:
+        raise ProblemError(str(problem.path), defects)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)

@@ -1,0 +1,204 @@
+"""KernelBench problems, run as they are: one .py file defining `class Model(nn.Module)`,
+`get_inputs()` and `get_init_inputs()`. A version defines `class ModelNew` with Model's
+constructor and forward signature.
+
+Both models compute with the same weights, and not only the defaults: the judge builds
+`Model(*get_init_inputs())` from the evaluation's secret seed, draws every floating-point
+parameter and buffer anew (a LayerNorm's weight of ones and bias of zeros would let a
+version that ignores them pass), casts it to the precision, and sends the state dict to the
+worker, which loads it into `ModelNew(*init_inputs)` (krung/entries.py). Inputs come from
+`get_inputs()` with torch's global generator seeded from a fresh secret seed per case, as
+KernelBench seeds it; floating-point inputs are cast to the precision, and everything goes
+to the device. The tolerance is KernelBench's for the precision (fp32 1e-4, fp16 and bf16
+1e-2, as atol and rtol), with krung's PSNR and cosine-similarity floors on top for the half
+precisions.
+
+Module-level sizes that only shape `get_inputs()` (a `batch_size` that neither
+`get_init_inputs()` nor Model reads) are the case's sizes, so krung's unseen cases move them
+to awkward neighbours: a ModelNew that hard-codes the declared shape fails there.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from krung.judge.problem import KERNELBENCH, PRECISIONS, Problem, case_label
+from krung.judge.problem.native import import_problem_file
+from krung.protocol import tree
+from krung.protocol.errors import ProblemError
+
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}  # KernelBench's, by precision
+ENTRY_CLASS = "ModelNew"
+ENTRY_DOC = ("a version is one .py file defining `class ModelNew(torch.nn.Module)` with the "
+             "reference Model's constructor arguments and `forward` signature, returning the "
+             "same outputs; krung loads Model's weights (random values) into it, so keep "
+             "Model's submodules and parameters under the same names and shapes; it must not "
+             "import the problem")
+
+
+def load_kernelbench(path: Path, precision: str) -> Problem:
+    module = import_problem_file(path, f"krung_problem_{path.stem}", path)
+    defects = check_structure(module)
+    if defects:
+        raise ProblemError(str(path), defects)
+    source = KernelBenchSource(module, path, precision)
+    case = {**source.sizes, "dtype": source.dtype}
+    problem = Problem(
+        name=path.stem, path=path, reference=source.forward, make_inputs=source.make_inputs,
+        test_cases=[case], bench_cases=[case], flops=lambda case: 0,
+        bytes_moved=source.bytes_moved,
+        tolerance={"atol": TOLERANCE[precision], "rtol": TOLERANCE[precision]},
+        description=_description(module), format=KERNELBENCH,
+        entry={"kind": "module", "name": ENTRY_CLASS}, entry_doc=ENTRY_DOC,
+        reference_code=module.Model, facts={"precision": precision},
+    )
+    problem.setup = lambda seed, device: source.setup(problem, seed, device)
+    return problem
+
+
+def check_structure(module: ModuleType) -> list[tuple[str, str]]:
+    import torch
+
+    defects = []
+    model = getattr(module, "Model", None)
+    if not (isinstance(model, type) and issubclass(model, torch.nn.Module)):
+        defects.append(("`Model` is missing or not a torch.nn.Module subclass",
+                        "define `class Model(torch.nn.Module)` with `__init__(*init_inputs)` "
+                        "and `forward(*inputs)`"))
+    for name in ("get_inputs", "get_init_inputs"):
+        if not callable(getattr(module, name, None)):
+            defects.append((f"`{name}` is missing",
+                            f"define `def {name}()` returning a list of the "
+                            f"{'forward' if name == 'get_inputs' else 'constructor'} "
+                            "arguments"))
+    return defects
+
+
+class KernelBenchSource:
+    """The problem module, its reference model once built, and the sizes cases may move."""
+
+    def __init__(self, module: ModuleType, path: Path, precision: str):
+        self.module = module
+        self.path = path
+        self.dtype = PRECISIONS[precision]
+        self.sizes = input_sizes(path, module)
+        self.model: Any = None
+        self.input_bytes: dict[str, int] = {}
+
+    def setup(self, problem: Problem, seed: int, device: str) -> None:
+        """Build the reference model with fresh random weights; tell the worker to load them."""
+        import torch
+
+        torch.set_grad_enabled(False)  # the judge's own process: KernelBench runs in no_grad
+        dtype = getattr(torch, self.dtype)
+        try:
+            torch.manual_seed(seed)
+            init_inputs = [self.cast(v, device) for v in self.module.get_init_inputs()]
+            torch.manual_seed(seed)
+            model = self.module.Model(*init_inputs)
+        except Exception as exc:
+            raise ProblemError(str(self.path), [(
+                f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}",
+                "make Model constructible from what get_init_inputs() returns")]) from exc
+        redraw(model, torch.Generator().manual_seed(seed ^ 0x5EED))
+        self.model = model.to(device=device, dtype=dtype)
+        state = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
+        problem.entry = {"kind": "module", "name": ENTRY_CLASS, "init_inputs": init_inputs,
+                         "state": state, "dtype": self.dtype}
+        problem.facts["state_tensors"] = len(state)  # what ModelNew must hold
+
+    def forward(self, *inputs: Any) -> Any:
+        return self.model(*inputs)
+
+    def make_inputs(self, case: dict, seed: int, device: str) -> tuple:
+        """get_inputs() with torch's global generator seeded, the case's sizes in place."""
+        import torch
+
+        saved = {name: getattr(self.module, name) for name in self.sizes}
+        try:
+            for name in self.sizes:
+                setattr(self.module, name, case.get(name, saved[name]))
+            torch.manual_seed(seed)
+            values = self.module.get_inputs()
+        finally:
+            for name, value in saved.items():
+                setattr(self.module, name, value)
+        if not isinstance(values, (list, tuple)):
+            raise TypeError(f"get_inputs() returned a {type(values).__name__}, not a list")
+        inputs = tuple(self.cast(v, device) for v in values)
+        self.input_bytes[case_label(case)] = tree.nbytes(inputs)
+        return inputs
+
+    def cast(self, value: Any, device: str) -> Any:
+        """Floating-point tensors in the precision, every tensor on the device (integer
+        tensors, such as class labels, keep their dtype)."""
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        return tree.map_tensors(
+            lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype),
+            value)
+
+    def bytes_moved(self, case: dict) -> int:
+        """A lower bound: the inputs and the weights, each read once (outputs unknown here)."""
+        weights = sum(t.numel() * t.element_size() for t in self.model.state_dict().values()) \
+            if self.model is not None else 0
+        return self.input_bytes.get(case_label(case), 0) + weights
+
+
+def redraw(model: Any, generator: Any) -> None:
+    """New random values for every floating-point parameter and buffer the state dict holds,
+    at the scale of its default: values that were all positive (variances, norm weights of
+    ones) stay positive, within 0.5x to 1.5x of the default; the others are drawn uniformly
+    within the default's largest magnitude, or within 0.5 where the default was zeros."""
+    import torch
+
+    for tensor in model.state_dict(keep_vars=True).values():
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        default = tensor.detach().float().cpu()
+        noise = torch.rand(default.shape, generator=generator)
+        if float(default.min()) > 0:
+            values = default * (0.5 + noise)
+        else:
+            bound = float(default.abs().max()) or 0.5
+            values = (2 * noise - 1) * bound
+        tensor.data.copy_(values.to(tensor.dtype))
+
+
+def input_sizes(path: Path, module: ModuleType) -> dict[str, int]:
+    """Module-level ints that get_inputs() reads and neither get_init_inputs() nor Model
+    does, in the order get_inputs() first reads them."""
+    tree_ = ast.parse(path.read_text(errors="replace"), filename=str(path))
+    bodies = {node.name: node for node in tree_.body
+              if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    if "get_inputs" not in bodies:
+        return {}
+    read = _names_read(bodies["get_inputs"])
+    elsewhere = set()
+    for name in ("get_init_inputs", "Model"):
+        if name in bodies:
+            elsewhere.update(_names_read(bodies[name]))
+    sizes = {}
+    for name in read:
+        value = getattr(module, name, None)
+        if (name not in elsewhere and isinstance(value, int) and not isinstance(value, bool)
+                and value > 0):
+            sizes[name] = value
+    return sizes
+
+
+def _names_read(node: ast.AST) -> list[str]:
+    found: list[str] = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in found:
+            found.append(sub.id)
+    return found
+
+
+def _description(module: ModuleType) -> str:
+    text = (module.__doc__ or getattr(module.Model, "__doc__", None) or "").strip()
+    return text.split("\n\n")[0].strip()

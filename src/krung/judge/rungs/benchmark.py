@@ -1,0 +1,281 @@
+"""benchmark: time the version and the reference on every bench case, the same way.
+
+Per bench case: several input sets (different seeds; together more than the L2 holds, up to
+8), timed in two rounds that alternate version and reference so drift hits both alike. The
+first round gives the worker new storage; the second writes new values into that same
+storage. After each round the last output of the timed calls for every input set is compared
+with the reference's, so a version that is right only outside the timed loop, or that
+remembers inputs it has seen, fails here. The version is timed in its worker, the reference
+in the judge, with the same protocol (krung.worker.timing). The GPU's clocks are read before and
+after; throttling is reported with the figures. A time below what the GPU's datasheet peaks
+allow for the problem's work is impossible, and fails the rung.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, replace
+from functools import partial
+from typing import Any
+
+from krung.judge.contract import check_conduct, check_outputs
+from krung.judge.device import clock_state, clock_warning, floor_us
+from krung.judge.ladder import Context, nbytes, poison_leaves
+from krung.judge.problem import case_label
+from krung.judge.verdict import judge_outputs
+from krung.protocol.errors import RungFailed
+from krung.worker.guard import NAN_BYTE
+from krung.worker.timing import Samples, TimingPlan, measure, summarise
+
+NEEDS = ("correctness",)
+
+ROUNDS = 2  # version, reference, version, reference
+GPU_PLAN = TimingPlan(warmup_s=0.02, max_s=0.12, min_samples=10, max_samples=2000,
+                      target_ci=0.003)
+# Interpreted kernels are slow and their time says little: a few samples are enough.
+CPU_PLAN = TimingPlan(warmup_s=0.0, max_s=0.15, min_samples=3, max_samples=100, target_ci=0.02)
+MAX_INPUT_SETS = 8
+LAUNCH_BOUND_RATIO = 1.5  # host-visible over device time
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    plan = CPU_PLAN if ctx.device == "cpu" else GPU_PLAN
+    cases = ctx.problem.bench_cases_for(ctx.device)
+    baseline = None
+    if ctx.settings.compiled_baseline:
+        baseline = CompiledBaseline(ctx.problem.reference)
+    rows = []
+    for index, case in enumerate(cases):
+        ctx.progress("benchmark", f"case {index + 1}/{len(cases)} {case_label(case)}")
+        rows.append(_bench_case(ctx, index, case, plan, baseline))
+    figures: dict[str, Any] = {
+        "timer": rows[0]["timer"] if rows else None,
+        "cases": len(rows),
+        "geomean_us": _geomean([r["median_us"] for r in rows]),
+        "speedup": _geomean([r["speedup"] for r in rows if r["speedup"]]),
+    }
+    if baseline is not None:
+        versus = _geomean([r["speedup_vs_compiled"] for r in rows
+                           if r.get("speedup_vs_compiled")])
+        if versus is not None and baseline.error is None:  # not over some of the cases only
+            figures["speedup_vs_compiled"] = versus
+        figures.update(baseline.figures())
+    if ctx.problem.ranking_by:  # GPU MODE ranks a version by one score over its bench cases
+        figures["ranking_by"] = ctx.problem.ranking_by
+        figures["score_us"] = ranking_score(ctx.problem.ranking_by,
+                                            [r["median_us"] for r in rows])
+    figures["per_case"] = rows
+    return figures
+
+
+def ranking_score(rule: str, times_us: list[float]) -> float | None:
+    """GPU MODE's ranking over the bench cases: the last one's time, their mean, or their
+    geometric mean (krung's per-case figure is the median of its samples)."""
+    if not times_us:
+        return None
+    if rule == "last":
+        return times_us[-1]
+    if rule == "mean":
+        return sum(times_us) / len(times_us)
+    return _geomean(times_us)
+
+
+class CompiledBaseline:
+    """torch.compile(reference) (inductor, default mode), timed beside the reference by the
+    same protocol. Each bench case gets a fresh compile for its shapes (static, as the case
+    would alone: no dynamic shapes carried over from earlier cases, no recompile limit), on a
+    warm-up call outside the timing; a recompile during the timing would time compiling, so
+    it is an error. What goes wrong is reported, and the rung goes on without the baseline."""
+
+    def __init__(self, reference: Any):
+        self.reference = reference
+        self.error: str | None = None
+        self.compile_s = 0.0
+
+    def warm(self, inputs: tuple) -> Any:
+        """The reference compiled for these inputs; None once the baseline has failed."""
+        if self.error is not None:
+            return None
+        import torch
+
+        start = time.perf_counter()
+        try:
+            torch._dynamo.reset()
+            compiled = torch.compile(self.reference, dynamic=False)
+            compiled(*inputs)
+        except Exception as exc:  # inductor needs a C++ compiler, say
+            self._fail(exc)
+            return None
+        finally:
+            self.compile_s += time.perf_counter() - start
+        return compiled
+
+    def time(self, compiled: Any, sets: list, device: str, plan: TimingPlan) -> Samples | None:
+        import torch
+
+        try:
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                return measure(partial(_call, compiled, sets), len(sets), device, plan)
+        except Exception as exc:  # out of memory, a recompile, a failure inside the kernels
+            self._fail(exc)
+            return None
+
+    def figures(self) -> dict[str, Any]:
+        """Its figures for the rung: the warm-up (compile) time, and why it failed if it did."""
+        figures: dict[str, Any] = {"compiled_warm_up_s": round(self.compile_s, 3)}
+        if self.error is not None:
+            figures["compiled_error"] = self.error
+        return figures
+
+    def _fail(self, exc: Exception) -> None:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        self.error = f"{type(exc).__name__}: {first}"
+
+
+def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
+                baseline: CompiledBaseline | None = None) -> dict[str, Any]:
+    label = case_label(case)
+    what = f"timing bench case {label}"
+    first = ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0, 0))
+    count = _input_sets(ctx, first)
+    rounds = [[first] + [ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0, n))
+                         for n in range(1, count)]]
+    for round_index in range(1, ROUNDS):
+        rounds.append([ctx.make_inputs(case, ctx.seed_for("benchmark", index, round_index, n))
+                       for n in range(count)])
+
+    before = clock_state() if ctx.device == "cuda" else None
+    after = None
+    mine: list[Samples] = []
+    ref: list[Samples] = []
+    compiled_samples: list[Samples] = []
+    reference = ctx.problem.reference
+    compiled = baseline.warm(first) if baseline is not None else None
+    round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
+                         min_samples=max(3, plan.min_samples // ROUNDS))
+    tuned: list[dict[str, Any]] = []
+    for round_index, sets in enumerate(rounds):
+        key = "inputs" if round_index == 0 else "refill"
+        sent = [list(poison_leaves(s, ctx.problem.writable_leaves(s), NAN_BYTE)) for s in sets]
+        request = {"op": "time", "plan": asdict(round_plan), key: sent}
+        expected = [ctx.expected(inputs) for inputs in sets]
+        limit = 2 * sum(nbytes(e) for e in expected) + (1 << 20)
+        reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)
+        check_conduct(reply, what, set())
+        mine.append(Samples(**reply["samples"]))
+        if round_index == len(rounds) - 1 and ctx.device == "cuda":
+            after = clock_state()  # right after the version's last round, not the reference's
+        tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
+        ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
+        if baseline is not None and compiled is not None:
+            timed = baseline.time(compiled, sets, ctx.device, round_plan)
+            if timed is None:  # failed: none of this case's figures, nor later ones
+                compiled, compiled_samples = None, []
+            else:
+                compiled_samples.append(timed)
+        _check_timed_outputs(ctx, reply, sets, expected, f"{label}, round {round_index + 1}")
+
+    device_us = [t for s in mine for t in s.device_us]
+    host_us = [t for s in mine for t in s.host_us]
+    stats = summarise(device_us)
+    ref_stats = summarise([t for s in ref for t in s.device_us])
+    row: dict[str, Any] = {
+        "case": label,
+        "median_us": stats["median_us"], "p10_us": stats["p10_us"], "p90_us": stats["p90_us"],
+        "cv": stats["cv"], "ci_pct": _ci_pct(stats), "samples": stats["samples"],
+        "ref_median_us": ref_stats["median_us"],
+        "speedup": ref_stats["median_us"] / stats["median_us"] if stats["median_us"] > 0 else None,
+        "timer": mine[0].mode, "ref_timer": ref[0].mode,
+        "input_sets": count, "l2_flush_bytes": mine[0].l2_flush_bytes,
+        "wall_s": round(sum(s.wall_s for s in mine), 3),
+    }
+    if compiled_samples:
+        compiled_us = summarise([t for s in compiled_samples for t in s.device_us])["median_us"]
+        row["compiled_median_us"] = compiled_us
+        row["speedup_vs_compiled"] = (compiled_us / stats["median_us"]
+                                      if stats["median_us"] > 0 else None)
+    if tuned:  # @triton.autotune: what it chose for this case's shapes
+        row["config"] = "; ".join(f"{t['kernel']}: {t['label']}" for t in tuned)
+        row["autotune"] = tuned
+    if host_us:
+        host = summarise(host_us)["median_us"]
+        row["host_median_us"] = host
+        row["kernels_per_call"] = round(sum(s.kernels_per_call for s in mine) / len(mine), 2)
+        row["launch_bound"] = host > LAUNCH_BOUND_RATIO * stats["median_us"] + 2.0
+        if max(s.streams for s in mine) > 1:  # CUPTI saw the call's work on several streams
+            row["streams"] = max(s.streams for s in mine)
+    clocks = [s.sm_mhz for s in mine if s.sm_mhz]
+    if clocks:  # the clock the version's samples ran at, from the timer's markers
+        row["sm_mhz_timed"] = round(statistics.median(clocks))
+    if after:
+        row["sm_mhz"] = [before["sm_mhz"] if before else None, after["sm_mhz"]]
+        row["sm_max_mhz"] = after["sm_max_mhz"]
+        warning = clock_warning(before, after)
+        if warning:
+            row["clock_warning"] = warning
+        if after.get("power_capped"):
+            row["power_capped"] = True
+    if ctx.device == "cuda":
+        _check_possible(ctx, case, row)
+    return row
+
+
+def _call(fn: Any, sets: list, i: int) -> Any:
+    return fn(*sets[i])
+
+
+def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
+    floor = floor_us(ctx.env.get("device_name", ""), ctx.problem.flops(dict(case)),
+                     ctx.problem.bytes_moved(dict(case)))
+    if floor is None:
+        return
+    row["floor_us"] = floor
+    if row["median_us"] < floor:
+        raise RungFailed(
+            "ImpossibleTime",
+            f"bench case {row['case']} took {row['median_us']:.2f} us, less than the "
+            f"{floor:.2f} us the GPU's datasheet peaks allow for its work",
+            "either the version skips work (cached or partial results the checks missed) or "
+            "the problem's flops()/bytes_moved() overstate the work", figures=row)
+
+
+def _input_sets(ctx: Context, first: tuple) -> int:
+    return input_set_count(nbytes(first), ctx.env.get("l2_bytes") or 0)
+
+
+def input_set_count(set_bytes: int, l2_bytes: int) -> int:
+    """Enough input sets that together they outgrow the L2 (at least two, at most eight)."""
+    if not l2_bytes or set_bytes >= l2_bytes:
+        return 2
+    return min(MAX_INPUT_SETS, max(2, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
+
+
+def _check_timed_outputs(ctx: Context, reply: dict[str, Any], sets: list, expected: list,
+                         label: str) -> None:
+    for set_index, (outputs, specs, inputs, want) in enumerate(
+            zip(reply["outputs"], reply["specs"], sets, expected, strict=True)):
+        what = f"the timed calls of bench case {label}, input set {set_index + 1}"
+        check_outputs({"specs": specs, "tuple": reply["tuple"]}, want, ctx.device, what)
+        verdict = judge_outputs(ctx.problem, inputs, outputs, want, reply["tuple"], ctx.device)
+        if not verdict.passed:
+            comparison = verdict.comparison
+            raise RungFailed(
+                "TimedMismatch", f"{what}: {verdict.reason}",
+                "the outputs of the timed calls are wrong though the checked calls were "
+                "right: look for state kept between calls (cached results, buffers reused "
+                "across calls) or size-dependent code paths at bench sizes",
+                figures=comparison.figures if comparison else {})
+
+
+def _ci_pct(stats: dict[str, float]) -> float:
+    middle = stats["median_us"]
+    return 100 * (stats["ci_high_us"] - stats["ci_low_us"]) / (2 * middle) if middle else 0.0
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))

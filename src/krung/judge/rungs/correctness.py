@@ -1,0 +1,137 @@
+"""correctness: every test case, with several fresh seeds each, against the reference.
+
+Inputs are drawn fresh for every (case, seed) from the evaluation's secret seed, so no two
+evaluations see the same data; besides the declared cases, a few unseen ones (awkward
+neighbours of declared sizes, krung.judge.problem.unseen) run too. Every call is a checked call
+(krung.judge.contract): poisoned output memory, inputs unchanged afterwards, no tampering, and on
+each case's first seed no operator the problem forbids. Each output is compared in float64
+under the per-dtype policy (krung.judge.tolerance, overridable by the problem), and by the
+problem's own check where it has one (krung.judge.verdict). A failing case stops its remaining
+seeds but not the other cases, so the report shows every case that fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from krung.judge.ladder import Context
+from krung.judge.metrics import Comparison
+from krung.judge.problem import case_label
+from krung.judge.problem.unseen import unseen_cases
+from krung.judge.verdict import Verdict, judge_outputs
+from krung.protocol.errors import RungFailed
+
+NEEDS = ("run",)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    declared = ctx.problem.test_cases
+    unseen = _usable(ctx, unseen_cases(declared, ctx.seed_for("unseen"), ctx.problem.derive_case))
+    cases = declared + unseen
+    seeds = ctx.settings.seeds
+    rows: list[dict[str, Any]] = []
+    threads = 0
+    failures: list[tuple[str, int, Verdict]] = []
+    worst: tuple[float, str, Comparison] | None = None
+    for index, case in enumerate(cases):
+        label = case_label(case) + (" (unseen)" if index >= len(declared) else "")
+        ctx.progress("correctness", f"case {index + 1}/{len(cases)} {label}")
+        row: dict[str, Any] = {"case": label, "seeds": 0, "passed": True}
+        for rep in range(seeds):
+            inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
+            expected = ctx.expected(inputs)
+            what = f"case {label}, seed #{rep}"
+            reply = ctx.checked_call(inputs, expected, what, trace=rep == 0)
+            threads = max(threads, reply.get("threads_started", 0))
+            row["seeds"] += 1
+            verdict = judge_outputs(ctx.problem, inputs, reply["outputs"], expected,
+                                    reply.get("tuple", False), ctx.device)
+            for result in verdict.comparisons:
+                _merge(row, result.figures)
+                score = result.figures.get("max_abs_err", 0.0)
+                if worst is None or score > worst[0]:
+                    worst = (score, label, result)
+            if not verdict.passed:
+                row["passed"] = False
+                if verdict.check_message:
+                    row["check"] = verdict.check_message
+                failures.append((label, rep, verdict))
+                break
+        rows.append(row)
+    figures = _summary(rows, seeds, worst)
+    figures["unseen_cases"] = len(unseen)
+    if threads:  # not a failure by itself, but work may be hiding there
+        figures["threads_started"] = threads
+    if failures:
+        raise _mismatch(failures, rows, figures)
+    return figures
+
+
+def _usable(ctx: Context, cases: list[dict]) -> list[dict]:
+    """The unseen cases the problem itself can make inputs and a reference output for."""
+    usable = []
+    for case in cases:
+        try:
+            ctx.expected(ctx.make_inputs(case, ctx.seed_for("unseen-probe")))
+        except Exception:  # the problem's limits, not the version's fault: skip the case
+            continue
+        usable.append(case)
+    return usable
+
+
+def _merge(row: dict[str, Any], figures: dict[str, Any]) -> None:
+    """Keep the worst of each figure over the seeds and outputs of one case."""
+    worse_if_higher = ("max_abs_err", "max_rel_err", "mse", "rmse", "mismatches", "nonfinite")
+    for key in worse_if_higher:
+        if key in figures:
+            row[key] = max(row.get(key, 0), figures[key])
+    for key in ("psnr_db", "cossim"):
+        if key in figures and figures[key] is not None:
+            row[key] = min(row.get(key, figures[key]), figures[key])
+
+
+def _summary(rows: list[dict[str, Any]], seeds: int, worst: Any) -> dict[str, Any]:
+    figures: dict[str, Any] = {"cases": len(rows), "seeds": seeds,
+                               "passed": sum(r["passed"] for r in rows)}
+    for key in ("max_abs_err", "max_rel_err", "mse", "rmse"):
+        figures[key] = max((r.get(key, 0.0) for r in rows), default=0.0)
+    psnrs = [r["psnr_db"] for r in rows if "psnr_db" in r]
+    figures["psnr_db"] = min(psnrs) if psnrs else None
+    cossims = [r["cossim"] for r in rows if "cossim" in r]
+    figures["cossim"] = min(cossims) if cossims else None
+    if worst is not None:
+        figures["worst_case"] = worst[1]
+    figures["per_case"] = rows
+    return figures
+
+
+def _mismatch(failures: list, rows: list[dict[str, Any]], figures: dict[str, Any]) -> RungFailed:
+    label, rep, verdict = failures[0]
+    result = verdict.comparison
+    failed = [r["case"] for r in rows if not r["passed"]]
+    output = f" output {verdict.out_index}" if verdict.out_index else ""
+    at = ""
+    if result is not None and result.first_mismatch is not None:
+        at = (f"; first mismatch at {tuple(result.first_mismatch)}: got {result.got:.6g}, "
+              f"expected {result.expected:.6g}")
+    message = (f"{len(failed)}/{len(rows)} test cases fail; {label} seed #{rep}"
+               f"{output}: {verdict.reason}{at}")
+    figures["failed_cases"] = failed
+    figures["first_mismatch"] = result.first_mismatch if result else None
+    figures["mismatch_region"] = (result.region if result else None) or None
+    details = f"mismatches by dimension: {result.region}" if result and result.region else None
+    if verdict.check_message:
+        details = "\n".join(filter(None, [f"the problem's check said: {verdict.check_message}",
+                                           details]))
+    return RungFailed("Mismatch", message, _hint(result, rows), details=details, figures=figures)
+
+
+def _hint(result: Comparison | None, rows: list[dict[str, Any]]) -> str:
+    if result is not None and result.figures.get("nonfinite"):
+        return ("NaN/Inf where the reference is finite: look for reads of unwritten memory "
+                "(masked loads without `other`, padding lanes that reach a reduction) or overflow")
+    passed = [r["case"] for r in rows if r["passed"]]
+    if passed:
+        return ("some cases pass and others fail: compare their sizes; tails that are not a "
+                "multiple of the block size usually point at a mask or a loop bound")
+    return "every case fails: check the algorithm against the reference on the smallest case"

@@ -1,0 +1,97 @@
+"""determinism: the same inputs twice, with the output memory poisoned differently each time,
+must give the same bits. A difference is a race (an order of operations that changes between
+runs) or a read of memory nothing wrote (the poison shows through); the rung says where.
+
+On a GPU with `--sanitize`, the version also runs once under compute-sanitizer (memcheck,
+racecheck, initcheck) and its findings are the rung's result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from krung.judge.ladder import Context, RungSkipped
+from krung.judge.metrics import mismatch_region
+from krung.judge.problem import case_label, case_size
+from krung.protocol.errors import RungFailed
+from krung.worker.guard import NAN_BYTE, OTHER_BYTE
+
+NEEDS = ("correctness",)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    case = max(ctx.problem.test_cases, key=case_size)  # races show best on the largest case
+    label = case_label(case)
+    inputs = ctx.make_inputs(case, ctx.seed_for("determinism"))
+    expected = ctx.expected(inputs)
+    first = ctx.checked_call(inputs, expected, f"case {label}, first run",
+                             poison_byte=NAN_BYTE)["outputs"]
+    second = ctx.checked_call(inputs, expected, f"case {label}, second run",
+                              poison_byte=OTHER_BYTE)["outputs"]
+    for index, (a, b) in enumerate(zip(first, second, strict=True)):
+        differs = _bits(a) != _bits(b.to(a.device))
+        count = int(differs.sum())
+        if count:
+            where = mismatch_region(differs.reshape(a.shape))
+            raise RungFailed(
+                "Nondeterministic",
+                f"output {index} differs between two runs on the same inputs in {count}/"
+                f"{a.numel()} elements (case {label}); {where}",
+                "a race (a missing barrier, or blocks that depend on each other in one launch) "
+                "or a read of memory nothing wrote (uninitialised accumulators, padding lanes)",
+                figures={"case": label, "differing": count})
+    figures: dict[str, Any] = {"case": label, "runs": 2, "identical": True}
+    if ctx.settings.sanitize:
+        figures.update(_sanitize(ctx, case))
+    return figures
+
+
+def _bits(tensor: Any) -> Any:
+    import torch
+
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    return tensor.contiguous().view(width)
+
+
+def _sanitize(ctx: Context, case: dict) -> dict[str, Any]:
+    if ctx.device != "cuda":
+        raise RungSkipped("--sanitize needs a CUDA GPU (compute-sanitizer checks device code)")
+    from krung.judge.rungs.determinism.sanitize import run_sanitizers
+
+    findings = run_sanitizers(ctx, case)
+    errors = {tool: f for tool, f in findings.items() if f["errors"]}
+    if errors:
+        tool, first = next(iter(errors.items()))
+        raise RungFailed("SanitizerError",
+                         f"compute-sanitizer {tool} reports {first['errors']} error(s): "
+                         f"{first['first'] or 'its exit status says so; see the report'}",
+                         "read the report in the details; memcheck finds out-of-bounds "
+                         "accesses, racecheck shared-memory races, initcheck reads of "
+                         "uninitialised device memory",
+                         details="\n\n".join(f["report"] for f in errors.values()),
+                         figures={t: f["errors"] for t, f in findings.items()})
+    failed = [tool for tool, f in findings.items() if not f["ran"]["ok"]]
+    if failed:  # it raised (or did not load) under the tool: the tool checked nothing
+        error = findings[failed[0]]["ran"]["error"] or {}
+        raise RungFailed("SanitizerRunFailed",
+                         f"the version failed under compute-sanitizer {failed[0]}: "
+                         f"{error.get('type', 'error')}: {error.get('message', '')}".strip(),
+                         "it runs without the tool: make it run with it too (under the "
+                         "sanitizers each tensor is its own allocation, with red zones, and "
+                         "work is slower); the worker's log is in the run's folder",
+                         location=error.get("location"),
+                         details=error.get("details"))
+    cut = [tool for tool, f in findings.items() if not f["complete"]]
+    if cut:  # no summary: the tool stopped early, so "no errors listed" proves nothing
+        raise RungFailed("SanitizerIncomplete",
+                         f"compute-sanitizer {', '.join(cut)} ended without its error summary "
+                         f"({_ending(findings[cut[0]].get('exit_code'))})",
+                         "the worker under the tool did not exit by itself (a hang, a crash "
+                         "of the tool, or the version ended it); read the reports in the "
+                         "details, and run again",
+                         details="\n\n".join(findings[t]["report"] for t in cut))
+    return {f"{tool}_errors": 0 for tool in findings}
+
+
+def _ending(code: int | None) -> str:
+    return "killed: it did not exit by itself" if code is None else f"exit status {code}"

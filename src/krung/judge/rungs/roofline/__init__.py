@@ -1,0 +1,164 @@
+"""roofline: how far each bench case is from what the GPU allows (krung.judge.rungs.roofline.model).
+
+Per bench case: the problem's flops(case) and bytes_moved(case), the benchmark rung's
+median time, and the device's measured ceilings give the achieved TFLOP/s and GB/s, the
+arithmetic intensity, the ceiling that binds (DRAM bandwidth, or the math peak of the case's
+precision), the % of it reached, and a verdict: at the roofline (>= the threshold,
+KRUNG_ROOFLINE_THRESHOLD, 90% by default) or how far below it, with the likely limiter (the
+benchmark's launch and kernel counts, and the profile rung's summary when it ran). A case
+faster than the ceilings allow fails the rung as suspect.
+
+The ceilings come from the store; the first evaluation on a device (driver, library
+versions) measures them here, with the code of `krung calibrate`, and sends them to the
+caller to keep. Without a GPU there are no ceilings, and the rung is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from krung.judge.ladder import Context, RungSkipped
+from krung.judge.problem import case_label
+from krung.judge.rungs.roofline import model as roofline
+from krung.judge.rungs.roofline.calibration import beside_datasheet, find, key_of
+from krung.judge.rungs.roofline.model import Ceilings, Point
+from krung.protocol.errors import RungFailed
+
+NEEDS = ("benchmark",)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    if ctx.device != "cuda":
+        raise RungSkipped("no GPU: the roofline needs the GPU's measured ceilings, and CPU "
+                          "wall-clock times under Triton's interpreter have none")
+    bench = ctx.results.get("benchmark")
+    if bench is None or not bench.ok:
+        raise RungSkipped("needs the benchmark rung's times: climb benchmark too")
+    ceilings, source, table = _ceilings(ctx)
+    threshold = ctx.settings.roofline_threshold_pct
+    tf32 = _allows_tf32(ctx.problem.tolerance)
+    profile = ctx.results.get("profile")
+    profile_figures = profile.figures if profile is not None and profile.ok else None
+    cases = {case_label(c): c for c in ctx.problem.bench_cases_for(ctx.device)}
+    rows = []
+    for bench_row in bench.figures.get("per_case") or []:
+        case = cases.get(bench_row.get("case"))
+        if case is None or not bench_row.get("median_us"):
+            continue
+        precision = roofline.precision_of(str(case.get("dtype", "float32")), tf32)
+        rows.append(case_figures(bench_row, precision, float(ctx.problem.flops(dict(case))),
+                                 float(ctx.problem.bytes_moved(dict(case))), ceilings,
+                                 threshold, profile_figures))
+    figures = summarise(rows, threshold, source, table)
+    if figures is None:
+        raise RungSkipped("no bench case has both a time and work to place: check the "
+                          "problem's flops() and bytes_moved()")
+    if figures["verdict"] == "suspect":
+        first = next(r for r in rows if r.get("verdict") == "suspect")
+        raise RungFailed(
+            "SuspectTime",
+            f"bench case {first['case']} took {first['median_us']:.4g} us: {first['why']} "
+            f"(the roofline allows no less than {first['roofline_us']:.4g} us)",
+            "a version faster than the device allows is not a win: check that it does all "
+            "the work on every call (no results cached across calls, no skipped elements); "
+            "if it does, the problem's flops()/bytes_moved() overstate the work, or the "
+            "ceilings are stale (`krung calibrate --force` measures them again)",
+            figures=figures)
+    return figures
+
+
+def case_figures(bench_row: dict[str, Any], precision: str, flops: float, moved: float,
+                 ceilings: Ceilings, threshold: float, profile_figures: Any) -> dict[str, Any]:
+    """One bench case's row: its work, its place under the roofline, its likely limiter."""
+    label = bench_row["case"]
+    row: dict[str, Any] = {"case": label, "precision": precision, "flops": flops,
+                           "bytes_moved": moved, "median_us": bench_row["median_us"]}
+    try:
+        point = roofline.place(flops, moved, bench_row["median_us"], ceilings, precision,
+                               threshold)
+    except ValueError as exc:
+        return {**row, "verdict": None, "limiter": f"not placed: {exc}"}
+    signals = roofline.profile_signals(profile_figures, label)
+    return {**row, **_point_figures(point),
+            "limiter": roofline.likely_limiter(point, bench_row, signals),
+            **({"why": point.why_suspect} if point.why_suspect else {})}
+
+
+def summarise(rows: list[dict[str, Any]], threshold: float, source: str,
+              table: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rung's figures from its case rows; None when no case could be placed."""
+    placed = [r for r in rows if r.get("verdict")]
+    if not placed:
+        return None
+    worst = min(placed, key=lambda r: r["pct"])
+    suspect = [r for r in placed if r["verdict"] == "suspect"]
+    at = [r for r in placed if r["verdict"] == "at-roofline"]
+    return {
+        "verdict": "suspect" if suspect else ("at-roofline" if len(at) == len(placed)
+                                              else "below"),
+        "pct_of_roofline": roofline.geomean([r["pct"] for r in placed]),
+        "at_roofline": f"{len(at)}/{len(placed)}",
+        "threshold_pct": threshold,
+        "worst_case": worst["case"],
+        "limiter": (suspect[0] if suspect else worst)["limiter"],
+        "ceilings_from": source,
+        "ceilings": table,
+        "per_case": rows,
+    }
+
+
+def _ceilings(ctx: Context) -> tuple[Ceilings, str, list[dict[str, Any]]]:
+    """The device's ceilings: kept in the store, or measured now and sent there to keep."""
+    key = key_of(ctx.env)
+    entry = find(ctx.calibrations, key)
+    if entry is None:
+        from krung.judge.rungs.roofline.ceilings import calibration_for
+
+        ctx.progress("roofline", "calibrating the GPU's ceilings (once per device, driver and "
+                                 "library versions)")
+        try:
+            entry = calibration_for(ctx.env, [], force=True)
+        except RuntimeError as exc:  # torch's CUDA errors, or too little free memory
+            raise RungSkipped(f"the GPU's ceilings could not be measured ({exc}); free the GPU "
+                              "and run `krung calibrate`") from exc
+        entry.pop("cached", None)
+        source = adopt(entry, ctx.save_calibration)
+        ctx.calibrations.append(entry)
+    else:
+        source = f"measured {entry['measured_at']} (kept in the store)"
+    return (Ceilings.from_record(entry["record"]), source,
+            ceilings_table(entry["record"], key["device_name"]))
+
+
+def adopt(entry: dict[str, Any], save: Callable[[dict[str, Any]], None]) -> str:
+    """Keep a calibration measured now (through `save`) unless its clocks were low or the GPU
+    throttled while it ran: such ceilings serve this run only. Says where they came from."""
+    warning = (entry["record"].get("clock") or {}).get("warning")
+    if warning:
+        return (f"measured now ({entry['measured_at']}), not kept: {warning}; the next run "
+                "measures again (or `krung calibrate --force` on an idle GPU)")
+    save(entry)
+    return f"measured now ({entry['measured_at']})"
+
+
+def ceilings_table(record: dict[str, Any], device_name: str) -> list[dict[str, Any]]:
+    """The measured ceilings as figures (with the datasheet's beside them), for reports."""
+    return [{k: row[k] for k in ("ceiling", "unit", "measured", "datasheet")}
+            for row in beside_datasheet(record, device_name) if row["measured"]]
+
+
+def _point_figures(point: Point) -> dict[str, Any]:
+    return {
+        "tflops": point.achieved_flops_per_s / 1e12, "gbps": point.achieved_bytes_per_s / 1e9,
+        "intensity": point.intensity, "ridge": point.ridge, "bound": point.bound,
+        "ceiling": point.ceiling, "roofline_us": point.roofline_us, "pct": point.pct,
+        "headroom": point.headroom, "verdict": point.verdict,
+    }
+
+
+def _allows_tf32(tolerance: Any) -> bool:
+    """Whether the problem accepts TF32 results for float32 (its tolerance says "tf32")."""
+    if tolerance == "tf32":
+        return True
+    return isinstance(tolerance, dict) and tolerance.get("float32") == "tf32"

@@ -1,0 +1,37 @@
+"""run: the first test case runs; the outputs match the reference's in count, type, dtype,
+shape and device, and are finite wherever the reference's are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from krung.judge.ladder import Context, RungSkipped
+from krung.judge.problem import case_label
+from krung.protocol.errors import RungFailed
+
+NEEDS = ("compile",)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    compiled = ctx.results.get("compile")
+    if compiled is not None and compiled.figures.get("ran") is False:
+        from krung.judge.rungs.compile.nvcc_only import NOT_RUN
+
+        raise RungSkipped(NOT_RUN.format(arch=compiled.figures.get("arch")))
+    case = ctx.problem.test_cases[0]
+    what = f"case {case_label(case)}"
+    inputs = ctx.make_inputs(case, ctx.seed_for("run", 0))
+    expected = ctx.expected(inputs)
+    reply = ctx.checked_call(inputs, expected, what)
+    for i, (out, ref) in enumerate(zip(reply["outputs"], expected, strict=True)):
+        if not out.is_floating_point():
+            continue
+        bad = (~out.isfinite() & ref.to(out.device).isfinite()).sum().item()
+        if bad:
+            raise RungFailed("NonFinite", f"output {i} has {bad} NaN/Inf values where the "
+                             f"reference is finite (in {what})",
+                             "look for reads of memory that was never written (masked loads "
+                             "without `other`, padding lanes), divisions by zero, or overflow "
+                             "in a narrow dtype")
+    return {"case": case_label(case), "outputs": len(expected), "call_ms": round(
+        reply["call_s"] * 1e3, 3)}

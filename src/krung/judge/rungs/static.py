@@ -1,0 +1,91 @@
+"""static: the version parses, defines the entry point its format asks for (`kernel`; a
+KernelBench `class ModelNew`; GPU MODE's `custom_kernel`), keeps away from the reference, and
+uses none of the names the problem forbids (e.g. `torch.matmul` for a matmul problem).
+
+Reads the file; imports nothing. The runtime operator trace in the correctness rung catches
+what a source check cannot (getattr tricks, fallbacks behind try/except).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from krung.judge.ladder import Context
+from krung.judge.solution import (
+    detect_dsl,
+    entry_point,
+    imported_modules,
+    qualified_uses,
+)
+from krung.protocol.errors import RungFailed
+
+NEEDS: tuple[str, ...] = ()
+
+_ENTRY_HINTS = {
+    "native": "define `def kernel(*inputs)` at module level, taking the reference's inputs "
+              "in the same order and returning its outputs",
+    "kernelbench": "define `class ModelNew(torch.nn.Module)` at module level, with the "
+                   "reference Model's constructor arguments, parameters and forward signature",
+    "gpumode": "define `def custom_kernel(data)` at module level, taking the data object "
+               "generate_input makes and returning the output, as submission.py does",
+}
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    solution = ctx.solution
+    try:
+        tree = ast.parse(solution.source, filename=str(solution.path))
+    except SyntaxError as exc:
+        line = (exc.text or "").rstrip("\n")
+        caret = " " * max((exc.offset or 1) - 1, 0) + "^"
+        raise RungFailed("SyntaxError", exc.msg, "fix the syntax at the line shown",
+                         location=f"{solution.path}:{exc.lineno}",
+                         details=f"{exc.lineno:5d} | {line}\n        {caret}") from None
+    entry = ctx.problem.entry
+    if entry_point(tree, entry["name"], entry["kind"]) is None:
+        what = "class" if entry["kind"] == "module" else "function"
+        raise RungFailed("EntryPointMissing",
+                         f"{solution.name} defines no {what} `{entry['name']}`",
+                         _ENTRY_HINTS.get(ctx.problem.format, _ENTRY_HINTS["native"]),
+                         location=str(solution.path))
+    forbidden = _problem_modules(ctx)
+    for module, line in imported_modules(tree):
+        if module.split(".")[0] in forbidden:
+            raise RungFailed("ImportsReference", f"line {line} imports `{module}` from the problem",
+                             "a version must compute the result itself: do not import the "
+                             "problem or its reference",
+                             location=f"{solution.path}:{line}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(
+                f"{name}.py" in node.value for name in forbidden):
+            raise RungFailed("ImportsReference",
+                             f"line {node.lineno} names the problem's file ({node.value!r})",
+                             "a version must not read or load the problem's files",
+                             location=f"{solution.path}:{node.lineno}")
+    _check_forbidden(ctx, tree)
+    return {"dsl": detect_dsl(tree), "lines": len(solution.source.splitlines()),
+            "sha256": solution.sha256[:12]}
+
+
+def _check_forbidden(ctx: Context, tree: ast.Module) -> None:
+    forbidden = set(ctx.problem.forbid)
+    for name, line in qualified_uses(tree):
+        if name in forbidden:
+            raise RungFailed("ForbiddenName",
+                             f"line {line} uses `{name}`, which the problem forbids",
+                             "compute the core operation in your own kernel instead of "
+                             "delegating it to torch or a vendor library",
+                             location=f"{ctx.solution.path}:{line}")
+
+
+def _problem_modules(ctx: Context) -> set[str]:
+    """Module names a version could use to reach the problem's code (less the modules its
+    format shares with versions, such as GPU MODE's task.py)."""
+    path = ctx.problem.path
+    names = {"problem", "reference"}
+    if path.is_file():  # a KernelBench problem is one file
+        names.add(path.stem)
+    else:
+        names.update(p.stem for p in path.glob("*.py"))
+    return names - set(ctx.problem.shared_modules)

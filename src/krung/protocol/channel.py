@@ -1,0 +1,271 @@
+"""The private channel between krung's processes: JSON headers plus raw tensor bytes.
+
+Nothing that crosses it is unpickled: a candidate could craft a pickle that runs code in
+the judge. A message is one JSON frame, with every tensor replaced by a small spec, followed
+by one raw frame per tensor. The channel is a socketpair created by the parent, whose child
+end is handed to the child process by file descriptor, so it is never the child's stdout.
+
+Structures arrive as they were sent: tuples stay tuples (a GPU MODE data object is often
+one), dicts keep keys that are not strings, and a tensor whose strides describe a dense layout other than row-major (a transposed,
+column-major input) arrives with those strides, because kernels that read raw memory depend
+on them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from multiprocessing import BufferTooShort
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from krung.protocol.results import json_safe
+
+TENSOR_KEY = "__tensor__"
+TUPLE_KEY = "__tuple__"
+ITEMS_KEY = "__items__"  # a dict whose keys are not all strings, as [key, value] pairs
+MAX_FRAME_BYTES = 1 << 36  # 64 GiB: larger than any output krung accepts
+
+
+class ChannelClosed(Exception):
+    """The other end is gone (its process exited or was killed)."""
+
+
+class TooLarge(ValueError):
+    """A message announced more tensor bytes than the receiver accepts; nothing was read."""
+
+
+class Channel:
+    """With `cuda_ipc`, CUDA tensors travel as IPC handles (krung.protocol.cuda_ipc) instead of bytes."""
+
+    def __init__(self, connection: Connection, cuda_ipc: bool = False):
+        self._conn = connection
+        self.cuda_ipc = cuda_ipc
+        self._exported: list[Any] = []  # our IPC buffers, freed once the peer has answered
+
+    @classmethod
+    def from_fd(cls, fd: int, cuda_ipc: bool = False) -> Channel:
+        return cls(Connection(fd), cuda_ipc)
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def send(self, header: dict[str, Any]) -> None:
+        tensors: list[Any] = []
+        body = _replace_tensors(header, tensors)
+        specs: list[dict[str, Any]] = []
+        _collect_specs(body, specs)
+        frames = []
+        for spec in sorted(specs, key=_index):
+            tensor = tensors[_index(spec)]
+            if self.cuda_ipc and tensor.is_cuda and tensor.numel() > 0:
+                from krung.protocol.cuda_ipc import Exported
+
+                exported = Exported(tensor)
+                self._exported.append(exported)
+                spec["ipc"] = {"handle": exported.handle, "nbytes": exported.nbytes}
+            else:
+                frames.append(tensor)
+        body["__frames__"] = len(frames)
+        try:
+            self._conn.send_bytes(json.dumps(json_safe(body), allow_nan=False).encode())
+            for tensor in frames:
+                self._conn.send_bytes(_tensor_bytes(tensor))
+        except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+            raise ChannelClosed(str(exc)) from exc
+
+    def poll(self, timeout: float | None) -> bool:
+        return self._conn.poll(timeout)
+
+    def recv(self, max_tensor_bytes: int | None = None) -> dict[str, Any]:
+        """The next message; tensors come back as CPU tensors, or CUDA ones when they came by
+        IPC. With `max_tensor_bytes`, a message whose tensors add up to more is refused before
+        any of them is allocated (the channel is then unusable)."""
+        try:
+            header = json.loads(self._conn.recv_bytes(MAX_FRAME_BYTES))
+            self._free_exported()  # the peer answered: it has copied what we sent
+            count = int(header.pop("__frames__", 0))
+            specs: list[dict[str, Any]] = []
+            _collect_specs(header, specs)
+            if not specs:
+                return _restore_tensors(header, [])  # tuples, still tagged
+            if max_tensor_bytes is not None:
+                total = sum(_nbytes(s) for s in specs)
+                if total > max_tensor_bytes:
+                    raise TooLarge(f"the reply holds {total} bytes of tensors, more than the "
+                                   f"{max_tensor_bytes} expected")
+            framed = [s for s in specs if "ipc" not in s]
+            if len(framed) != count:
+                raise ValueError(f"message announced {count} frames and described {len(framed)}")
+            tensors = [self._recv_tensor(spec) for spec in sorted(specs, key=_index)]
+        except (EOFError, ConnectionResetError, OSError) as exc:
+            raise ChannelClosed(str(exc) or "end of stream") from exc
+        return _restore_tensors(header, tensors)
+
+    def _free_exported(self) -> None:
+        for exported in self._exported:
+            exported.free()
+        self._exported.clear()
+
+    def _recv_tensor(self, spec: dict[str, Any]) -> Any:
+        """Receive one tensor's bytes straight into its own storage (no extra copies)."""
+        import torch
+
+        dtype = getattr(torch, spec["dtype"])
+        shape = tuple(spec["shape"])
+        if "ipc" in spec:
+            from krung.protocol.cuda_ipc import import_copy
+
+            return _with_strides(import_copy(spec["ipc"]["handle"], dtype, shape), spec)
+        tensor = torch.empty(shape, dtype=dtype)
+        if tensor.numel() == 0:
+            self._conn.recv_bytes(MAX_FRAME_BYTES)
+            return tensor
+        buffer = tensor.reshape(-1).view(torch.uint8).numpy()
+        try:
+            size = self._conn.recv_bytes_into(buffer)
+        except BufferTooShort:
+            raise ValueError(f"tensor frame larger than its {shape} {dtype} spec") from None
+        if size != buffer.nbytes:
+            raise ValueError(f"tensor frame of {size} bytes for a {shape} {dtype} tensor")
+        return _with_strides(tensor, spec)
+
+    def close(self) -> None:
+        self._free_exported()
+        self._conn.close()
+
+
+def spawn(module: str, args: list[str], *, log: Path, env: dict[str, str] | None = None,
+          new_session: bool = False,
+          prefix: list[str] | None = None) -> tuple[subprocess.Popen, Channel]:
+    """Start `python -m module` (under `prefix`, a tool such as compute-sanitizer) with a
+    private channel and its output going to `log`."""
+    parent_end, child_end = socket.socketpair()
+    child_fd = child_end.fileno()
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [*(prefix or []), sys.executable, "-m", module, "--fd", str(child_fd), *args],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            pass_fds=(child_fd,), env=env, start_new_session=new_session,
+        )
+    child_end.close()
+    connection = Connection(os.dup(parent_end.fileno()))
+    parent_end.close()
+    return process, Channel(connection)
+
+
+def tensor_spec(tensor: Any) -> dict[str, Any]:
+    """What a tensor is, beyond its values: enough to check an output's contract."""
+    import torch
+
+    strided = tensor.layout == torch.strided
+    return {
+        "dtype": str(tensor.dtype).removeprefix("torch."),
+        "shape": list(tensor.shape),
+        "stride": list(tensor.stride()) if strided else None,
+        "layout": str(tensor.layout).removeprefix("torch."),
+        "device": str(tensor.device),
+        "type": f"{type(tensor).__module__}.{type(tensor).__qualname__}",
+    }
+
+
+def _replace_tensors(value: Any, tensors: list[Any]) -> Any:
+    if _is_tensor(value):
+        tensors.append(value)
+        return {TENSOR_KEY: len(tensors) - 1, **tensor_spec(value)}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _replace_tensors(v, tensors) for k, v in value.items()}
+        return {ITEMS_KEY: [[_replace_tensors(k, tensors), _replace_tensors(v, tensors)]
+                            for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {TUPLE_KEY: [_replace_tensors(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return [_replace_tensors(v, tensors) for v in value]
+    return value
+
+
+def _collect_specs(value: Any, specs: list[dict[str, Any]]) -> None:
+    if isinstance(value, dict):
+        if TENSOR_KEY in value:
+            specs.append(value)
+        else:
+            for v in value.values():
+                _collect_specs(v, specs)
+    elif isinstance(value, list):
+        for v in value:
+            _collect_specs(v, specs)
+
+
+def _nbytes(spec: dict[str, Any]) -> int:
+    import torch
+
+    count = 1
+    for size in spec["shape"]:
+        count *= max(int(size), 0)
+    return count * getattr(torch, spec["dtype"]).itemsize
+
+
+def _index(spec: dict[str, Any]) -> int:
+    return int(spec[TENSOR_KEY])
+
+
+def _restore_tensors(value: Any, tensors: list[Any]) -> Any:
+    if isinstance(value, dict):
+        if TENSOR_KEY in value:
+            return tensors[_index(value)]
+        if TUPLE_KEY in value and len(value) == 1:
+            return tuple(_restore_tensors(v, tensors) for v in value[TUPLE_KEY])
+        if ITEMS_KEY in value and len(value) == 1:
+            return {_restore_tensors(k, tensors): _restore_tensors(v, tensors)
+                    for k, v in value[ITEMS_KEY]}
+        return {k: _restore_tensors(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore_tensors(v, tensors) for v in value]
+    return value
+
+
+def _with_strides(tensor: Any, spec: dict[str, Any]) -> Any:
+    """The row-major `tensor` laid out with the sender's strides, when those describe a dense
+    layout (a permutation of the dimensions, e.g. column-major); otherwise as it is."""
+    stride = spec.get("stride")
+    if not stride or list(tensor.stride()) == list(stride) or not _dense(spec["shape"], stride):
+        return tensor
+    import torch
+
+    laid_out = torch.empty_strided(tuple(spec["shape"]), tuple(stride), dtype=tensor.dtype,
+                                   device=tensor.device)
+    laid_out.copy_(tensor)
+    return laid_out
+
+
+def _dense(shape: list[int], stride: list[int]) -> bool:
+    """Whether the strides cover exactly numel elements, each once (no gaps, no overlap)."""
+    dims = sorted((s, n) for s, n in zip(stride, shape, strict=True) if n > 1)
+    if any(n == 0 for n in shape):
+        return False
+    expected = 1
+    for step, size in dims:
+        if step != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _tensor_bytes(tensor: Any) -> Any:
+    """A view of the tensor's bytes in host memory (copied only if it is not already there)."""
+    flat = tensor.detach().reshape(-1).contiguous().cpu()
+    if flat.numel() == 0:
+        return b""
+    import torch
+
+    return memoryview(flat.view(torch.uint8).numpy())

@@ -1,0 +1,94 @@
+"""Device tensors between krung's processes through CUDA IPC, without a trip through host memory.
+
+Through a socket, a 256 MB tensor takes about 0.9 s from one GPU process to another (measured
+on the H200: device-to-host copy, socket, host-to-device copy); through IPC it is a
+device-to-device copy. The sender copies the tensor into a buffer of its own, allocated with
+cuMemAlloc for that purpose alone (never a block of torch's caching allocator, which could
+share its segment with other data, such as the judge's expected outputs), and sends the
+buffer's IPC handle. The receiver opens it, checks the size it was told against the
+allocation's real size, copies the bytes into a tensor of its own and closes the handle. The
+sender frees the buffer once the peer has answered. Uses the driver API through ctypes: no
+dependency beyond torch.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+from typing import Any
+
+from krung.protocol.cuda_driver import check, lib
+
+_IPC_LAZY_ENABLE_PEER_ACCESS = 1
+_FALLBACK = "set KRUNG_CUDA_IPC=0 to send device tensors through host memory instead"
+
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class _DeviceBytes:
+    """Lets torch view raw device memory (no copy) through __cuda_array_interface__."""
+
+    def __init__(self, pointer: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (pointer, False), "version": 2}
+
+
+def _view(pointer: int, nbytes: int) -> Any:
+    import torch
+
+    return torch.as_tensor(_DeviceBytes(pointer, nbytes), device="cuda")
+
+
+class Exported:
+    """A private device copy of a tensor that another process can open."""
+
+    def __init__(self, tensor: Any):
+        import torch
+
+        flat = tensor.detach().reshape(-1).contiguous()
+        self.nbytes = flat.numel() * flat.element_size()
+        pointer = ctypes.c_uint64()
+        check(lib().cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(self.nbytes)),
+              "cuMemAlloc", _FALLBACK)
+        self.pointer = pointer.value
+        _view(self.pointer, self.nbytes).copy_(flat.view(torch.uint8))
+        torch.cuda.synchronize()  # the peer reads it from another process: finish the copy
+        handle = _IpcHandle()
+        check(lib().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(self.pointer)),
+              "cuIpcGetMemHandle", _FALLBACK)
+        self.handle = base64.b64encode(bytes(handle)).decode()
+
+    def free(self) -> None:
+        if self.pointer:
+            lib().cuMemFree_v2(ctypes.c_uint64(self.pointer))
+            self.pointer = 0
+
+
+def import_copy(handle: str, dtype: Any, shape: tuple) -> Any:
+    """A tensor of this process holding the bytes behind a peer's IPC handle."""
+    import torch
+
+    data = base64.b64decode(handle)
+    if len(data) != ctypes.sizeof(_IpcHandle):
+        raise ValueError(f"an IPC handle of {len(data)} bytes")
+    raw = _IpcHandle.from_buffer_copy(data)
+    pointer = ctypes.c_uint64()
+    check(lib().cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw,
+                                      ctypes.c_uint(_IPC_LAZY_ENABLE_PEER_ACCESS)),
+          "cuIpcOpenMemHandle", _FALLBACK)
+    try:
+        out = torch.empty(shape, dtype=dtype, device="cuda")
+        nbytes = out.numel() * out.element_size()  # what the spec implies, not what was said
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        check(lib().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), pointer),
+              "cuMemGetAddressRange")
+        if pointer.value + nbytes > base.value + size.value:
+            raise ValueError(f"an IPC buffer of {size.value} bytes for a {shape} {dtype} tensor")
+        if nbytes:
+            out.reshape(-1).view(torch.uint8).copy_(_view(pointer.value, nbytes))
+        torch.cuda.synchronize()
+    finally:
+        lib().cuIpcCloseMemHandle(pointer)
+    return out

@@ -1,2 +1,0 @@
-"""One module per rung. Each defines `NEEDS` (rungs that must not have failed) and
-`run(ctx) -> figures`, raising krung.errors.RungFailed to fail with the facts and the fix."""

@@ -1,0 +1,367 @@
+"""The candidate worker: the only process that imports a version.
+
+Started by the judge as `python -m krung.worker.serve --fd N --device D`. It answers requests on
+its private channel: `load` imports the version and takes its entry point (the request's
+`entry`, see entries.py: a function such as `kernel`, or a KernelBench `ModelNew` built and
+loaded with the reference's weights), `call` runs it once on the inputs it is sent, `time`
+times it. Inputs are tuples of tensors or of nested structures holding tensors (tree.py). Whatever the version raises comes back explained (explain.py); if it
+crashes the process, the judge sees the channel close and reports how it died.
+
+Imports stay lean (stdlib, torch; triton only through the version) so it starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import importlib.util
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from krung.protocol.channel import Channel, ChannelClosed, tensor_spec
+from krung.protocol.tree import leaves, map_tensors
+
+
+class Worker:
+    def __init__(self, channel: Channel, device: str):
+        from krung.worker.guard import Sentinels, python_threads
+
+        self.channel = channel
+        self.device = device
+        self.sentinels = Sentinels()  # before any version code runs
+        self.threads_before = python_threads()
+        self.kernel: Any = None
+        self.solution: Path | None = None
+        self.time_sets: list[list[Any]] = []  # input sets on the device, kept between `time`s
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request = self.channel.recv()
+            except ChannelClosed:
+                return
+            except Exception as exc:  # e.g. the inputs cannot be placed: CUDA context broken
+                # CUDA errors are sticky: the version's previous call is the likely culprit.
+                cause = ("an illegal memory access by the version's previous call broke the "
+                         "CUDA context; " if "ILLEGAL_ADDRESS" in str(exc) else "")
+                self.channel.send({"ok": False, "error": {
+                    "type": type(exc).__name__, "kind": "runtime",
+                    "message": f"{cause}the worker could not take the request: {exc}",
+                    "hint": "an earlier error in the version (an illegal memory access, say) "
+                            "may have broken the CUDA context: fix that one first"}})
+                return  # the rest of the message may be unread: this channel is done
+            op = request.get("op")
+            handler = getattr(self, f"op_{op}", None)
+            if handler is None:
+                self.channel.send({"ok": False, "error": {
+                    "type": "ProtocolError", "message": f"unknown op {op!r}", "kind": "internal"}})
+                continue
+            try:
+                reply = handler(request)
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt too: report them
+                reply = {"ok": False, "error": self.explain(exc, "load" if op == "load" else "call")}
+            self.channel.send(reply)
+
+    def explain(self, exc: BaseException, stage: str) -> dict[str, Any]:
+        from krung.worker.explain import explain
+
+        return explain(exc, self.solution or Path("?"), stage)
+
+    def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
+        from krung.worker.entries import DEFAULT_ENTRY, EntryError, resolve
+
+        self.solution = Path(request["path"]).resolve()
+        entry = request.get("entry") or DEFAULT_ENTRY
+        start = time.perf_counter()
+        # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
+        sys.path.extend(p for p in entry.get("import_paths", []) if p not in sys.path)
+        if request.get("build_cache"):  # CUDA C++ on a GPU: torch builds in krung's cache
+            from krung.worker import torch_build
+
+            torch_build.install(request["build_cache"], self.solution)
+        module = _import_version(self.solution)
+        if self.device == "cpu" and "triton" in sys.modules:
+            from krung.worker.interpreter import fix_autotune, fix_bfloat16
+
+            fix_bfloat16()
+            fix_autotune()
+        if "triton" in sys.modules:  # note every kernel launch, for the artifacts rung
+            from krung.worker.launches import install
+
+            install()
+        if "tilelang" in sys.modules:  # and every TileLang kernel called
+            from krung.worker import tilelang_kernels
+
+            tilelang_kernels.install()
+        try:
+            self.kernel = resolve(module, entry, self.device)
+        except EntryError as exc:
+            return {"ok": False, "error": {
+                "type": exc.error_type, "kind": "load", "location": str(self.solution),
+                "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint}}
+        triton = sys.modules.get("triton")
+        return {"ok": True, "load_s": time.perf_counter() - start,
+                "triton": getattr(triton, "__version__", None), **_builds()}
+
+    def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run the version once. Optionally: poison the memory its outputs will likely get,
+        trace the torch operators it runs, and send back its inputs as they are after it."""
+        from krung.worker.guard import OpTrace, poison
+
+        inputs = self.to_device(request["inputs"])
+        if request.get("poison"):
+            poison(request["poison"]["specs"], request["poison"]["byte"], self.device)
+        self.synchronize()
+        trace = OpTrace() if request.get("trace_ops") else contextlib.nullcontext()
+        start = time.perf_counter()
+        with trace:
+            result = self.kernel(*inputs)
+        reply = _outputs_reply(result, self.device)
+        self.synchronize()
+        reply["call_s"] = time.perf_counter() - start
+        reply.update(_builds())
+        if isinstance(trace, OpTrace):
+            reply["ops"] = sorted(trace.ops)
+        if request.get("return_inputs"):
+            reply["inputs_after"] = inputs
+        return self.with_integrity(reply)
+
+    def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Time the version over input sets, and send back each set's last output so the
+        judge can check what the timed calls computed.
+
+        `inputs` gives new sets (new storage); `refill` gives new values for the sets held
+        from the previous request, copied into the same storage; neither: the same sets."""
+        from krung.worker.timing import TimingPlan, measure
+
+        if request.get("inputs") is not None:
+            self.time_sets = [self.to_device(s) for s in request["inputs"]]
+        if request.get("refill") is not None:
+            for held, values in zip(self.time_sets, request["refill"], strict=True):
+                for tensor, value in zip(leaves(held), leaves(values), strict=True):
+                    tensor.copy_(value)
+        sets = self.time_sets
+        outputs: list[Any] = [None] * len(sets)
+        kernel = self.kernel
+        tuned = self.autotune_before_timing(sets) if request.get("inputs") is not None else []
+
+        def call(i: int) -> None:
+            outputs[i] = kernel(*sets[i])
+
+        samples = measure(call, len(sets), self.device, TimingPlan(**request["plan"]))
+        replies = [_outputs_reply(result, self.device) for result in outputs]
+        self.synchronize()
+        failed = next((r for r in replies if not r["ok"]), None)
+        if failed:
+            return failed
+        return self.with_integrity({
+            "ok": True, "samples": samples.to_json(), "outputs": [r["outputs"] for r in replies],
+            "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"],
+            **({"autotune": tuned} if tuned else {})})
+
+    def autotune_before_timing(self, sets: list[list[Any]]) -> list[dict[str, Any]]:
+        """Where the version has @triton.autotune kernels, call it once per input set before
+        anything is timed, so every config choice for these shapes (the autotuner's own
+        benchmarking, with its many launches) is made outside the timed calls; return the
+        configs those calls used."""
+        from krung.worker import launches
+
+        log = launches.current()
+        if log is None or not log.autotune:
+            return []
+        log.recent.clear()
+        log.recording = True
+        try:
+            for inputs in sets:
+                self.kernel(*inputs)
+            self.synchronize()
+        finally:
+            log.recording = False
+        chosen = {json.dumps([r["kernel"], r["key"], r["dtypes"]], default=str): r
+                  for r in log.recent}
+        return list(chosen.values())
+
+    def op_kernels(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The Triton kernels the version launched so far: under the interpreter, how each
+        launch was specialised; on a GPU, what each compiled to, written to `out_dir`. On a
+        GPU also TileLang's kernels, their CUDA source and what it compiles to."""
+        from krung.worker import launches
+
+        out_dir = Path(request["out_dir"]) if request.get("out_dir") else None
+        compiled = []
+        if out_dir is not None and "tilelang" in sys.modules:
+            from krung.worker import tilelang_kernels
+
+            compiled += tilelang_kernels.dump(out_dir)
+        log = launches.current()
+        if log is None:
+            return {"ok": True, "launches": [], "compiled": compiled}
+        if out_dir is not None and log.compiled:
+            compiled += launches.dump_compiled(log, out_dir)
+        return {"ok": True, "launches": list(log.described.values()), "compiled": compiled,
+                "autotune": list(log.autotune.values())}
+
+    def op_trace(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run the version twice with krung.tracer on (the first call compiles the traced
+        kernels) and send back the second call's region records and its event time."""
+        import torch
+
+        from krung import tracer
+
+        inputs = self.to_device(request["inputs"])
+        tracer.begin(self.device)
+        self.kernel(*inputs)
+        self.synchronize()
+        tracer.begin(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.kernel(*inputs)
+        end.record()
+        self.synchronize()
+        return {"ok": True, "launches": tracer.end(), "call_us": start.elapsed_time(end) * 1e3}
+
+    def op_profile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Calls for a profiler to watch: warm-up calls outside, then `calls` calls inside
+        the NVTX range the profiler is told to include (krung.judge.rungs.profile.ncu.NVTX_RANGE)."""
+        import torch
+
+        inputs = self.to_device(request["inputs"])
+        for _ in range(request.get("warmup", 1)):
+            self.kernel(*inputs)
+        self.synchronize()
+        for _ in range(request.get("calls", 1)):
+            torch.cuda.nvtx.range_push(request["range"])
+            self.kernel(*inputs)
+            torch.cuda.nvtx.range_pop()
+        self.synchronize()
+        return {"ok": True}
+
+    def with_integrity(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """What the judge should know about the version's conduct besides its outputs."""
+        from krung.worker.guard import python_threads
+
+        reply["tampered"] = self.sentinels.tampered()
+        reply["threads_started"] = len(python_threads() - self.threads_before)
+        return reply
+
+    def to_device(self, inputs: list[Any]) -> list[Any]:
+        if self.device == "cpu":
+            return inputs
+        return map_tensors(lambda t: t.to(self.device), inputs)
+
+    def synchronize(self) -> None:
+        if self.device != "cpu":
+            import torch
+
+            torch.cuda.synchronize()
+
+
+def _outputs_reply(result: Any, device: str) -> dict[str, Any]:
+    """A version's return value as a reply: its tensors and what they are, or what is wrong.
+
+    On a GPU the outputs are copied on the current stream before anyone synchronises the
+    device, so work the version left running on another stream, unjoined, is not waited for:
+    its unfinished output shows as wrong, as it would to a caller of the kernel."""
+    import torch
+
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for i, output in enumerate(outputs):
+        problem = None
+        if not isinstance(output, torch.Tensor):
+            problem = f"output {i} is a {type(output).__name__}, not a torch.Tensor"
+        elif output.layout != torch.strided:
+            problem = f"output {i} has layout {output.layout}, not torch.strided"
+        if problem:
+            return {"ok": False, "error": {
+                "type": "OutputType", "kind": "runtime", "message": problem,
+                "hint": "return dense torch.Tensor outputs (or a tuple of them), as the "
+                        "reference does"}}
+    specs = [tensor_spec(o) for o in outputs]
+    if device != "cpu":
+        outputs = [o.clone() for o in outputs]
+        torch.cuda.current_stream().synchronize()
+    return {"ok": True, "outputs": outputs, "specs": specs,
+            "tuple": isinstance(result, (tuple, list))}
+
+
+def _builds() -> dict[str, Any]:
+    """The CUDA C++ builds torch ran since the last reply (krung.worker.torch_build), if any."""
+    torch_build = sys.modules.get("krung.worker.torch_build")
+    done = torch_build.builds() if torch_build is not None else []
+    return {"builds": done} if done else {}
+
+
+def _import_version(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("krung_version", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["krung_version"] = module
+    sys.path.insert(0, str(path.parent))  # the version may import files beside it
+    spec.loader.exec_module(module)
+    return module
+
+
+def resolve_device(requested: str) -> str:
+    """`auto` takes CUDA when torch sees a GPU. Must run before the version imports Triton."""
+    import torch
+
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors
+    return requested
+
+
+def describe_device(device: str) -> dict[str, Any]:
+    import torch
+
+    facts: dict[str, Any] = {"device": device, "torch": torch.__version__,
+                             "cuda": torch.version.cuda, "python": sys.version.split()[0]}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        facts.update(device_name=props.name, sm=f"{props.major}.{props.minor}",
+                     sms=props.multi_processor_count, l2_bytes=props.L2_cache_size,
+                     memory_bytes=props.total_memory)
+    else:
+        facts["device_name"] = "cpu (Triton interpreter)"
+    return facts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m krung.worker.serve")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--cuda-ipc", action="store_true")
+    parser.add_argument("--warm-profiler", action="store_true",
+                        help="start CUPTI in the background now (on a GPU), for the timing")
+    parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
+    args = parser.parse_args(argv)
+    # A print flood (or any runaway file) ends the worker with SIGXFSZ at this size.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (args.max_file_bytes, args.max_file_bytes))
+    faulthandler.enable()  # a segfault prints the Python stack to the log
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the judge asks on a timeout
+    channel = Channel.from_fd(args.fd)
+    device = resolve_device(args.device)
+    if device == "cuda":
+        import torch
+
+        torch.cuda.init()
+        channel.cuda_ipc = args.cuda_ipc
+        if args.warm_profiler:  # before Worker() counts the threads that are not the version's
+            from krung.worker.timing import warm_profiler
+
+            warm_profiler()
+    channel.send({"ok": True, "pid": os.getpid(), **describe_device(device)})
+    Worker(channel, device).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -41,6 +41,19 @@ class Anchors(HTMLParser):
             self.links.append(found["href"])  # type: ignore[arg-type]
 
 
+class Tags(HTMLParser):
+    """Every element and attribute name of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+        self.attributes: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.names.add(tag)
+        self.attributes.update(name for name, _ in attrs)
+
+
 def anchors(page: str) -> Anchors:
     parser = Anchors()
     parser.feed(page)
@@ -268,3 +281,22 @@ def test_a_report_by_the_path_of_a_kernelbench_file(krung, version):
     made = krung("report", problem, "-o", "relu.html", "--json")
     assert made.code == 0, made.stderr
     assert made.json()["runs"] == 1
+
+
+def test_text_a_version_wrote_is_shown_never_run_as_markup(tmp_path):
+    """Error text, hints, details and file names come from untrusted versions: the template
+    escapes all of it, whatever it holds."""
+    store = Store(tmp_path / "store" / "krung.db")
+    hostile = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    run = record_run(store, 'v<b>1</b>".py', None, started_at="2026-12-01T10:00:00+00:00")
+    failed = run.rungs[1]
+    failed.error, failed.hint, failed.details = hostile, hostile, f"  12 | {hostile}"
+    store.add_rung(run.run_id, 1, failed)
+    page = krung.write_report("matmul", tmp_path / "report.html", store=store).html.read_text()
+    store.close()
+    tags = Tags()
+    tags.feed(page)
+    assert not {"script", "img"} & tags.names  # no element smuggled in
+    assert not any(name.startswith("on") for name in tags.attributes)
+    assert page.count("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;") >= 3
+    assert "v&lt;b&gt;1&lt;/b&gt;&#34;.py" in page

@@ -6,6 +6,10 @@ roofline chart (every version a point per bench case), the timeline of versions 
 speedup, % of the roofline, parent links), and per version its rungs, error figures, timings,
 roofline cases, profile summary, and links to its artifact folder and files. `--png` writes
 the same charts as PNG (krung.host.png, matplotlib).
+
+The page is the Jinja2 template `krung/templates/report.html.j2`, with autoescaping on: runs
+carry text a version wrote (error messages, file names), and none of it may become markup.
+This module only gathers what the template shows.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from html import escape
 from pathlib import Path
 from typing import Any
+
+from markupsafe import Markup
 
 from krung.host import charts, history_tree, svg
 from krung.host.report import change_text, roofline_text
@@ -28,6 +33,7 @@ from krung.protocol.results import Run, RungResult, Status, format_figures, form
 DEFAULT_LIMIT = 200
 OPEN_RUNS = 3  # the newest runs' sections start open; the others are one click away
 FIGURES_CHARS = 400
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"  # package data
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#222;margin:0 auto;
@@ -95,47 +101,44 @@ def render(problem: str, entries: list[history_tree.Entry], folders: dict[str, P
            page_dir: Path, store_path: str) -> str:
     """The page for `entries` (newest first); artifact links are relative to `page_dir`."""
     runs = [e.run for e in entries]
-    roofline = charts.roofline_chart(runs)
-    timeline = charts.timeline(entries)
-    body = [
-        f"<h1>krung report: {escape(problem)}</h1>",
-        f'<p class="meta">{len(entries)} run(s) from {escape(store_path)}; written '
-        f'{datetime.now(timezone.utc).isoformat(timespec="seconds")}</p>',
-        _summary(entries),
-        '<h2 id="roofline">Roofline</h2>',
-        _roofline_section(roofline, charts.without_flops(runs)),
-        '<h2 id="timeline">Versions over time</h2>',
-        _timeline_section(timeline, entries),
-        '<h2 id="versions">Each version</h2>',
-        *(_run_section(e, folders.get(e.run.run_id), page_dir, i < OPEN_RUNS)
-          for i, e in enumerate(entries)),
-    ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>krung report: {escape(problem)}</title><style>{_CSS}</style></head>"
-            "<body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return _template().render(
+        problem=problem, css=Markup(_CSS), store_path=store_path,
+        written=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        best=_best(entries), newest=_newest(entries[0]),
+        roofline=_roofline(charts.roofline_chart(runs), charts.without_flops(runs)),
+        timeline=_timeline(charts.timeline(entries), entries),
+        runs=[_run(e, folders.get(e.run.run_id), page_dir, i < OPEN_RUNS)
+              for i, e in enumerate(entries)])
 
 
-def _summary(entries: list[history_tree.Entry]) -> str:
-    runs = [e.run for e in entries]
-    lines = []
-    chosen = history_tree.best(runs)
+def _template() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=False)
+    return env.get_template("report.html.j2")
+
+
+def _cell(text: Any, cls: str = "", href: str = "") -> dict[str, str]:
+    return {"text": text if isinstance(text, str) else format_value(text), "cls": cls,
+            "href": href}
+
+
+def _best(entries: list[history_tree.Entry]) -> dict[str, Any] | None:
+    chosen = history_tree.best([e.run for e in entries])
     if chosen is None:
-        lines.append("<p>No run has passed every rung with bench times yet.</p>")
-    else:
-        run, rule, among = chosen
-        summary = next(e.summary for e in entries if e.run is run)
-        lines.append(
-            f'<p><b>Best</b> ({escape(rule)}, of {among}): {_run_link(run)} '
-            f"{escape(charts.file_name(run.solution))}: "
-            f"{format_value(summary['geomean_us'])} us, speedup "
-            f"{format_value(summary['speedup'])}x, roofline {escape(roofline_text(summary))}</p>")
-        lines.append(f"<p><b>Next</b>: {escape(_advice(run))}</p>")
-    newest = entries[0]
-    lines.append(f"<p><b>Newest</b>: {_run_link(newest.run)} "
-                 f"{escape(charts.file_name(newest.run.solution))}, "
-                 f'<span class="{_verdict_class(newest.summary)}">'
-                 f"{escape(newest.summary['verdict'])}</span></p>")
-    return '<section class="summary">' + "".join(lines) + "</section>"
+        return None
+    run, rule, among = chosen
+    summary = next(e.summary for e in entries if e.run is run)
+    return {"rule": rule, "among": among, "run_id": run.run_id,
+            "file": charts.file_name(run.solution), "time": format_value(summary["geomean_us"]),
+            "speedup": format_value(summary["speedup"]), "roofline": roofline_text(summary),
+            "advice": _advice(run)}
+
+
+def _newest(entry: history_tree.Entry) -> dict[str, Any]:
+    return {"run_id": entry.run.run_id, "file": charts.file_name(entry.run.solution),
+            "verdict": entry.summary["verdict"], "verdict_class": _verdict_class(entry.summary)}
 
 
 def _advice(run: Run) -> str:
@@ -154,144 +157,112 @@ def _advice(run: Run) -> str:
             f"{figures.get('limiter')}")
 
 
-def _roofline_section(chart: charts.RooflineChart | None, without_flops: bool = False) -> str:
-    if chart is None and without_flops:
-        return ('<p class="note">No chart: the problem declares no flops (its flops() is 0, as '
-                "for KernelBench and GPU MODE problems), so its bench cases have no arithmetic "
-                "intensity to plot. Each case was placed against the DRAM bandwidth ceiling: "
-                "its % of the roofline is in the tables below.</p>")
-    if chart is None:
-        return ('<p class="note">No run has roofline figures: the roofline rung needs a GPU '
-                "(on a CPU it is skipped). Evaluate on a GPU to see every version under the "
-                "device's ceilings.</p>")
-    return (f'<p class="meta">{escape(chart.device)}; ceilings {escape(chart.ceilings_from)}.'
-            " Each colour is a version, each shape a bench case; hover a point for its "
-            "figures.</p>" + svg.roofline_svg(chart))
+def _roofline(chart: charts.RooflineChart | None, without_flops: bool) -> dict[str, Any]:
+    if chart is not None:
+        return {"svg": Markup(svg.roofline_svg(chart)), "device": chart.device,
+                "ceilings_from": chart.ceilings_from}
+    if without_flops:
+        note = ("No chart: the problem declares no flops (its flops() is 0, as for KernelBench "
+                "and GPU MODE problems), so its bench cases have no arithmetic intensity to "
+                "plot. Each case was placed against the DRAM bandwidth ceiling: its % of the "
+                "roofline is in the tables below.")
+    else:
+        note = ("No run has roofline figures: the roofline rung needs a GPU (on a CPU it is "
+                "skipped). Evaluate on a GPU to see every version under the device's ceilings.")
+    return {"svg": None, "note": note}
 
 
-def _timeline_section(timeline: charts.Timeline | None, entries: list[history_tree.Entry]) -> str:
-    parts = []
-    if timeline is not None:
-        other = (f"; {timeline.left_out} run(s) on other devices are only in the table"
-                 if timeline.left_out else "")
-        parts.append(f'<p class="meta">{escape(timeline.device)}, oldest first; grey lines '
-                     f"join a version to its parent{escape(other)}.</p>")
-        parts.append(svg.timeline_svg(timeline))
+def _timeline(timeline: charts.Timeline | None,
+              entries: list[history_tree.Entry]) -> dict[str, Any]:
     rows = []
     for entry in entries:
         run, summary = entry.run, entry.summary
-        parent = _run_link_id(run.parent) if run.parent else "-"
-        rows.append(
-            f"<tr><td>{_run_link(run)}</td><td>{escape(charts.file_name(run.solution))}</td>"
-            f"<td>{escape(run.started_at.replace('T', ' ')[:19])}</td>"
-            f'<td class="{_verdict_class(summary)}">{escape(_verdict_text(summary))}</td>'
-            f'<td class="num">{_time(summary)}</td>'
-            f'<td class="num">{_speedup(summary)}</td>'
-            f'<td class="num {summary.get("roofline_verdict") or ""}">'
-            f"{escape(roofline_text(summary))}</td>"
-            f"<td>{parent}</td><td class=\"num\">{escape(change_text(entry.time_change))}</td>"
-            f"<td>{escape(run.device)}</td></tr>")
-    parts.append(_table(["run", "version", "started", "verdict", "time (geomean)", "speedup",
-                         "roofline", "parent", "vs parent", "device"], rows))
-    return "".join(parts)
+        rows.append([
+            _cell(run.run_id, href=f"#run-{run.run_id}"), _cell(charts.file_name(run.solution)),
+            _cell(run.started_at.replace("T", " ")[:19]),
+            _cell(_verdict_text(summary), _verdict_class(summary)),
+            _cell(_time(summary), "num"), _cell(_speedup(summary), "num"),
+            _cell(roofline_text(summary), f"num {summary.get('roofline_verdict') or ''}"),
+            _cell(run.parent, href=f"#run-{run.parent}") if run.parent else _cell("-"),
+            _cell(change_text(entry.time_change), "num"), _cell(run.device)])
+    found: dict[str, Any] = {
+        "header": ["run", "version", "started", "verdict", "time (geomean)", "speedup",
+                   "roofline", "parent", "vs parent", "device"], "rows": rows, "svg": None}
+    if timeline is not None:
+        found.update(svg=Markup(svg.timeline_svg(timeline)), device=timeline.device,
+                     other=(f"; {timeline.left_out} run(s) on other devices are only in the "
+                            "table" if timeline.left_out else ""))
+    return found
 
 
-def _run_section(entry: history_tree.Entry, folder: Path | None, page_dir: Path,
-                 open_: bool) -> str:
+def _run(entry: history_tree.Entry, folder: Path | None, page_dir: Path,
+         open_: bool) -> dict[str, Any]:
     run, summary = entry.run, entry.summary
-    head = (f"<summary><h3>{escape(charts.file_name(run.solution))}</h3> "
-            f'<span class="id">{escape(run.run_id)}</span> '
-            f'<span class="{_verdict_class(summary)}">{escape(_verdict_text(summary))}</span>'
-            f" {_time(summary)} {escape(roofline_text(summary))}</summary>")
-    parent = ""
-    if run.parent:
-        parent = (f" · parent {_run_link_id(run.parent)} "
-                  f"({escape(change_text(entry.time_change))} time)")
-    meta = (f'<p class="meta">started {escape(run.started_at)} · {escape(run.device)} · seed '
-            f"{run.seed} · sha256 {escape(run.source_sha256[:12])} · "
-            f"{escape(run.solution)}{parent}</p>")
-    parts = [head, meta]
-    if run.error:
-        parts.append(f"<p class=\"error\">krung failed: </p><pre>{escape(run.error)}</pre>")
-    parts.append(_rung_table(run))
-    for rung in run.rungs:
-        if rung.status is Status.FAILED and (rung.hint or rung.details):
-            parts.append(_failure(rung))
-    parts.append(_error_figures(run.rung("correctness")))
-    parts.append(_case_table(run.rung("benchmark"), "bench cases",
-                             ["median_us", "p10_us", "p90_us", "ci_pct", "ref_median_us",
-                              "speedup", "timer", "kernels_per_call", "launch_bound",
-                              "sm_mhz_timed"]))
-    parts.append(_case_table(run.rung("roofline"), "roofline per bench case",
-                             ["precision", "median_us", "roofline_us", "tflops", "gbps",
-                              "intensity", "bound", "ceiling", "pct", "verdict"]))
-    parts.append(_limiters(run.rung("roofline")))
-    parts.append(_profile(run.rung("profile")))
-    parts.append(_artifacts(folder, page_dir))
-    opened_attr = " open" if open_ else ""
-    return (f'<details class="run" id="run-{escape(run.run_id)}"{opened_attr}>'
-            + "".join(p for p in parts if p) + "</details>")
+    correctness = run.rung("correctness")
+    return {
+        "run_id": run.run_id, "file": charts.file_name(run.solution), "open": open_,
+        "verdict": _verdict_text(summary), "verdict_class": _verdict_class(summary),
+        "time": _time(summary), "roofline": roofline_text(summary),
+        "started_at": run.started_at, "device": run.device, "seed": run.seed,
+        "sha": run.source_sha256[:12], "solution": run.solution, "parent": run.parent,
+        "parent_change": change_text(entry.time_change), "error": run.error,
+        "rungs": [_rung_row(r) for r in run.rungs],
+        "failures": [{"name": r.name, "error": r.error or "", "hint": r.hint,
+                      "details": r.details}
+                     for r in run.rungs if r.status is Status.FAILED and (r.hint or r.details)],
+        "error_figures": _error_figures(correctness),
+        "correctness_cases": _case_table(correctness, "", ["passed", "seeds", "max_abs_err",
+                                                           "max_rel_err", "mismatches"]),
+        "bench_cases": _case_table(run.rung("benchmark"), "bench cases",
+                                   ["median_us", "p10_us", "p90_us", "ci_pct", "ref_median_us",
+                                    "speedup", "timer", "kernels_per_call", "launch_bound",
+                                    "sm_mhz_timed"]),
+        "roofline_cases": _case_table(run.rung("roofline"), "roofline per bench case",
+                                      ["precision", "median_us", "roofline_us", "tflops",
+                                       "gbps", "intensity", "bound", "ceiling", "pct",
+                                       "verdict"]),
+        "limiters": _limiters(run.rung("roofline")),
+        "profile": _profile(run.rung("profile")),
+        "artifacts": _artifacts(folder, page_dir),
+    }
 
 
-def _rung_table(run: Run) -> str:
-    rows = []
-    for rung in run.rungs:
-        if rung.status is Status.OK:
-            text = format_figures(rung.figures)
-            if len(text) > FIGURES_CHARS:
-                text = text[:FIGURES_CHARS - 1] + "…"
-        elif rung.status is Status.FAILED:
-            text = (rung.error or "") + (f" ({rung.location})" if rung.location else "")
-        else:
-            text = rung.reason or ""
-        rows.append(f"<tr><td>{escape(rung.name)}</td>"
-                    f'<td class="{rung.status.value}">{rung.status.value}</td>'
-                    f'<td class="num">{rung.duration_s:.2f}</td><td>{escape(text)}</td></tr>')
-    return _table(["rung", "status", "s", "figures, error or reason"], rows)
-
-
-def _failure(rung: RungResult) -> str:
-    parts = [f"<p><b>{escape(rung.name)}</b>: {escape(rung.error or '')}</p>"]
-    if rung.hint:
-        parts.append(f"<p><b>hint</b>: {escape(rung.hint)}</p>")
-    if rung.details:
-        parts.append(f"<pre>{escape(rung.details)}</pre>")
-    return "".join(parts)
+def _rung_row(rung: RungResult) -> list[dict[str, str]]:
+    if rung.status is Status.OK:
+        text = format_figures(rung.figures)
+        if len(text) > FIGURES_CHARS:
+            text = text[:FIGURES_CHARS - 1] + "…"
+    elif rung.status is Status.FAILED:
+        text = (rung.error or "") + (f" ({rung.location})" if rung.location else "")
+    else:
+        text = rung.reason or ""
+    return [_cell(rung.name), _cell(rung.status.value, rung.status.value),
+            _cell(f"{rung.duration_s:.2f}", "num"), _cell(text)]
 
 
 _ERROR_FIGURES = ("cases", "passed", "max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db",
                   "cossim", "worst_case", "unseen_cases")
 
 
-def _error_figures(rung: RungResult | None) -> str:
+def _error_figures(rung: RungResult | None) -> dict[str, Any] | None:
     if rung is None or rung.status is Status.SKIPPED:
-        return ""
-    figures = rung.figures
-    shown = [(k, figures[k]) for k in _ERROR_FIGURES if k in figures]
+        return None
+    shown = [(k, rung.figures[k]) for k in _ERROR_FIGURES if k in rung.figures]
     if not shown:
-        return ""
-    head = "".join(f"<th>{escape(k)}</th>" for k, _ in shown)
-    row = "".join(f'<td class="num">{escape(format_value(v))}</td>' for _, v in shown)
-    return ("<p><b>error figures</b> (correctness)</p>"
-            f"<table><tr>{head}</tr><tr>{row}</tr></table>"
-            + _case_table(rung, "", ["passed", "seeds", "max_abs_err", "max_rel_err",
-                                     "mismatches"]))
+        return None
+    return {"header": [k for k, _ in shown], "row": [_cell(v, "num") for _, v in shown]}
 
 
-def _case_table(rung: RungResult | None, title: str, columns: list[str]) -> str:
-    if rung is None:
-        return ""
-    rows = rung.figures.get("per_case") or []
+def _case_table(rung: RungResult | None, title: str,
+                columns: list[str]) -> dict[str, Any] | None:
+    rows = (rung.figures.get("per_case") or []) if rung is not None else []
     if not rows:
-        return ""
+        return None
     present = [c for c in columns if any(c in r for r in rows)]
-    body = []
-    for row in rows:
-        cells = "".join(f'<td class="{_cell_class(c, row.get(c))}">'
-                        f"{escape(format_value(row.get(c)))}</td>" for c in present)
-        body.append(f"<tr><td>{escape(str(row.get('case')))}</td>{cells}</tr>")
-    caption = f"<p><b>{escape(title)}</b></p>" if title else ""
-    return caption + _table(["case", *present], body)
+    return {"title": title, "header": ["case", *present],
+            "rows": [[_cell(str(row.get("case"))),
+                      *(_cell(row.get(c), _cell_class(c, row.get(c))) for c in present)]
+                     for row in rows]}
 
 
 def _cell_class(column: str, value: Any) -> str:
@@ -300,45 +271,31 @@ def _cell_class(column: str, value: Any) -> str:
     return "num" if isinstance(value, (int, float)) else ""
 
 
-def _limiters(rung: RungResult | None) -> str:
+def _limiters(rung: RungResult | None) -> list[tuple[str, str]]:
     """Each case's likely limiter, in words (too long for a table column)."""
-    rows = [r for r in (rung.figures.get("per_case") or []) if r.get("limiter")] \
-        if rung is not None else []
-    if not rows:
-        return ""
-    items = "".join(f"<li>{escape(str(r['case']))}: {escape(str(r['limiter']))}</li>"
-                    for r in rows)
-    return f'<ul class="limiters">{items}</ul>'
+    rows = (rung.figures.get("per_case") or []) if rung is not None else []
+    return [(str(r["case"]), str(r["limiter"])) for r in rows if r.get("limiter")]
 
 
-
-def _profile(rung: RungResult | None) -> str:
+def _profile(rung: RungResult | None) -> dict[str, Any] | None:
     if rung is None:
-        return ""
+        return None
     if rung.status is not Status.OK:
-        return (f"<p><b>profile</b>: <span class=\"{rung.status.value}\">{rung.status.value}"
-                f"</span> {escape(rung.reason or rung.error or '')}</p>")
-    return f"<p><b>profile summary</b>: {escape(format_figures(rung.figures))}</p>" + \
-        _case_table(rung, "", [k for k in _first_row_keys(rung) if k != "case"])
-
-
-def _first_row_keys(rung: RungResult) -> list[str]:
+        return {"ok": False, "status": rung.status.value, "text": rung.reason or rung.error or ""}
     rows = rung.figures.get("per_case") or [{}]
-    return list(rows[0]) if isinstance(rows[0], dict) else []
+    keys = list(rows[0]) if isinstance(rows[0], dict) else []
+    return {"ok": True, "text": format_figures(rung.figures),
+            "cases": _case_table(rung, "", [k for k in keys if k != "case"])}
 
 
-def _artifacts(folder: Path | None, page_dir: Path) -> str:
+def _artifacts(folder: Path | None, page_dir: Path) -> dict[str, Any] | None:
     if folder is None or not folder.is_dir():
-        return '<p class="meta">artifacts: no folder for this run in this store</p>'
+        return None
     files = list_files(folder)
-    links = [f'<a href="{escape(_href(folder / f.name, page_dir))}">{escape(f.name)}</a> '
-             f'<span class="meta">{escape(f.kind)}, {f.size} B</span>' for f in files]
-    profiles = [f.name for f in files if f.kind == "profile"]
-    profile_note = f" · profile: {escape(', '.join(profiles))}" if profiles else ""
-    return (f'<p class="meta">artifacts: <a href="{escape(_href(folder, page_dir))}/">'
-            f"{escape(folder.name)}/</a>{profile_note}</p>"
-            + ("<ul>" + "".join(f"<li>{link}</li>" for link in links) + "</ul>" if links
-               else ""))
+    return {"href": _href(folder, page_dir), "name": folder.name,
+            "profiles": ", ".join(f.name for f in files if f.kind == "profile"),
+            "files": [{"href": _href(folder / f.name, page_dir), "name": f.name,
+                       "kind": f.kind, "size": f.size} for f in files]}
 
 
 def _href(path: Path, page_dir: Path) -> str:
@@ -348,19 +305,6 @@ def _href(path: Path, page_dir: Path) -> str:
     except ValueError:  # another drive (Windows): only an absolute link can reach it
         return path.resolve().as_uri()
     return Path(relative).as_posix()
-
-
-def _table(header: list[str], rows: list[str]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
-
-
-def _run_link(run: Run) -> str:
-    return _run_link_id(run.run_id)
-
-
-def _run_link_id(run_id: str) -> str:
-    return f'<a class="id" href="#run-{escape(run_id)}">{escape(run_id)}</a>'
 
 
 def _verdict_text(summary: dict[str, Any]) -> str:
@@ -376,7 +320,7 @@ def _time(summary: dict[str, Any]) -> str:
     if summary["geomean_us"] is None:
         return "-"
     cpu = " cpu" if summary["timer"] == "cpu-wall" else ""
-    return f"{escape(format_value(summary['geomean_us']))} us{cpu}"
+    return f"{format_value(summary['geomean_us'])} us{cpu}"
 
 
 def _speedup(summary: dict[str, Any]) -> str:

@@ -217,7 +217,7 @@ def test_torch_builds_in_the_cache_once_and_reuses_it(tmp_path):
     import sys
 
     version = write(tmp_path / "cpp_only.py", CPP_ONLY)
-    script = ("import json, runpy, sys\nfrom pathlib import Path\nfrom krung import torch_build\n"
+    script = ("import json, runpy, sys\nfrom pathlib import Path\nfrom krung.worker import torch_build\n"
               f"torch_build.install({str(tmp_path / 'cache')!r}, Path({str(version)!r}))\n"
               f"runpy.run_path({str(version)!r})\nprint(json.dumps(torch_build.builds()))\n")
     runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True,

@@ -9,9 +9,9 @@ stay as they are (heads, kernel widths, a small batch: what a problem's constrai
 hang on), and so do the dtypes and every other key. While the product of the sizes says the
 case is far too big nothing is made; after that each candidate is checked by making its
 inputs and running the reference on them, on the CPU (small by then). A shrunk case that
-fails there is passed through the problem's `derive_case` (which knows its constraints);
-if that fails too, the largest test case that fits stands in (test cases are valid by
-construction). The benchmark rung's figures say what was timed instead of what
+fails there is passed through the problem's `derive_case` (which knows its constraints),
+and the halving goes on from the case it gives; where that fails too, the largest test case
+that fits stands in (test cases are valid by construction). The benchmark rung's figures say what was timed instead of what
 (`cases_reduced_for_cpu`).
 """
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 CPU_CASE_BYTES = 1 << 19  # inputs and outputs of a case shrunk for the interpreter
 MIN_SIZE = 16  # sizes at or below this are never shrunk
+MAX_STEPS = 64  # made and checked cases at most (each halving halves one size)
 _ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4,
              "float16": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
@@ -47,21 +48,58 @@ def cpu_cases(problem: Problem) -> CpuCases:
     if problem.cpu_bench_cases:
         return CpuCases(list(problem.cpu_bench_cases))
     smallest = min(problem.bench_cases, key=case_size)
-    case, how = smallest, "halved"
-    while _estimate(case) > CPU_CASE_BYTES and (smaller := halve(case)) is not None:
-        case = smaller  # far too big to make: shrink by the sizes alone first
-    measured = case_bytes(problem, case)
-    while measured is not None and measured > CPU_CASE_BYTES and \
-            (smaller := halve(case)) is not None:
-        case, measured = smaller, case_bytes(problem, smaller)
-    if case == smallest:
-        return CpuCases([case])
-    if measured is None:  # the problem refused the shrunk case: its constraints
-        case, how, measured = _valid_stand_in(problem, case, smallest)
+    case, how, measured = _shrunk(problem, smallest)
     if case == smallest:
         return CpuCases([case])
     return CpuCases([case], {"from": case_label(smallest), "to": case_label(case), "how": how,
                              "bytes": measured, "budget_bytes": CPU_CASE_BYTES})
+
+
+def _shrunk(problem: Problem, smallest: dict) -> tuple[dict, str, int | None]:
+    """The smallest bench case, halved until it fits (made valid by derive_case on the way
+    where the problem refuses a halved case); else the largest test case that fits."""
+    case, how = smallest, "halved"
+    while _estimate(case) > CPU_CASE_BYTES and (smaller := halve(case)) is not None:
+        case = smaller  # far too big to make: shrink by the sizes alone first
+    for _ in range(MAX_STEPS):
+        measured = case_bytes(problem, case)
+        if measured is None and case != smallest:  # refused: the problem's constraints
+            derived = _derived(problem, case)
+            measured = case_bytes(problem, derived) if derived is not None else None
+            if measured is not None:
+                case, how = derived, "halved, then made valid by the problem's derive_case"
+        if measured is None or measured <= CPU_CASE_BYTES:
+            break
+        smaller = halve(case)
+        if smaller is None:  # as small as halving makes it
+            return case, how, measured
+        case = smaller
+    if measured is not None or case == smallest:
+        return case, how, measured
+    return _largest_test_case(problem, smallest)
+
+
+def _derived(problem: Problem, case: dict) -> dict | None:
+    if problem.derive_case is None:
+        return None
+    try:
+        return problem.derive_case(dict(case), random.Random(0))
+    except Exception:  # the problem's own code
+        return None
+
+
+def _largest_test_case(problem: Problem, smallest: dict) -> tuple[dict, str, int | None]:
+    """The largest test case that fits (of the bench case's dtype where one is), a case the
+    problem accepts by construction; the smallest bench case itself when none fits."""
+    from krung.judge.problem import case_size
+
+    fitting = [c for c in problem.test_cases if _estimate(c) <= CPU_CASE_BYTES]
+    same_dtype = [c for c in fitting if c.get("dtype") == smallest.get("dtype")]
+    if not fitting:
+        return smallest, "", None
+    stand_in = max(same_dtype or fitting, key=case_size)
+    return stand_in, "the largest test case that fits (the problem refused the halved " \
+                     "sizes)", case_bytes(problem, stand_in)
 
 
 def halve(case: dict) -> dict | None:
@@ -90,29 +128,6 @@ def _estimate(case: dict) -> int:
     from krung.judge.problem import case_size
 
     return case_size(case) * _ITEMSIZE.get(str(case.get("dtype", "")).removeprefix("torch."), 4)
-
-
-def _valid_stand_in(problem: Problem, shrunk: dict, smallest: dict
-                    ) -> tuple[dict, str, int | None]:
-    """A case the problem accepts near `shrunk`: from its derive_case, else its largest test
-    case that fits, else the smallest bench case itself."""
-    from krung.judge.problem import case_size
-
-    if problem.derive_case is not None:
-        try:
-            derived = problem.derive_case(dict(shrunk), random.Random(0))
-        except Exception:  # the problem's own code
-            derived = None
-        measured = case_bytes(problem, derived) if derived else None
-        if derived and measured is not None and measured <= CPU_CASE_BYTES:
-            return derived, "halved, then made valid by the problem's derive_case", measured
-    fitting = [c for c in problem.test_cases if _estimate(c) <= CPU_CASE_BYTES]
-    same_dtype = [c for c in fitting if c.get("dtype") == smallest.get("dtype")]
-    if same_dtype or fitting:
-        stand_in = max(same_dtype or fitting, key=case_size)
-        return stand_in, "the largest test case that fits (the problem refused the halved " \
-                         "sizes)", case_bytes(problem, stand_in)
-    return smallest, "", None
 
 
 def _is_size(value: Any) -> bool:

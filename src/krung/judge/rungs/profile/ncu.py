@@ -121,7 +121,7 @@ def kernel_filter(launches_per_call: float | None) -> list[str]:
     Not `--kernel-id :::1` (the first invocation of every kernel name): its invocation
     number may count the warm-up call's launches too (the documentation does not say, and
     others combining it with an NVTX filter found it profiled nothing), and then it would
-    never select a launch inside the range. benchmarks/profile_probe.py shows what the
+    never select a launch inside the range. benchmarks/profile_rung.py shows what the
     installed ncu does."""
     if not launches_per_call or launches_per_call <= 0:
         count = LAUNCH_COUNT

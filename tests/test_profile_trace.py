@@ -241,6 +241,14 @@ def test_clock_control_setting_is_checked():
         krung.Settings.from_env({"KRUNG_PROFILE_CLOCK_CONTROL": "turbo"})
 
 
+def test_the_profile_time_limit_setting_is_checked():
+    assert krung.Settings().profile_timeout_s == 60.0
+    assert krung.Settings.from_env({"KRUNG_PROFILE_TIMEOUT": "25"}).profile_timeout_s == 25.0
+    for bad in ("0", "-3", "soon"):
+        with pytest.raises(krung.UsageError, match="KRUNG_PROFILE_TIMEOUT"):
+            krung.Settings.from_env({"KRUNG_PROFILE_TIMEOUT": bad})
+
+
 def test_trace_records_become_a_chrome_trace_and_region_figures():
     # Two programs on SMs 3 and 7, two regions each, in ns as the tracer records them.
     launch = {"kernel": "k", "grid": [2], "regions": ["load", "store"], "events": [

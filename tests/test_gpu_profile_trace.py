@@ -1,6 +1,7 @@
-"""On the GPU: the profile rung against Nsight Compute's own CSV for the same report, a
-traced kernel whose regions add up to its measured time, and artifacts taken from the kernels
-the GPU compiled."""
+"""On the GPU: the profile rung against Nsight Compute's own CSV for the same report; the
+case furthest from the roofline profiled, each kernel once, within the time limit; the limit
+hit by the real ncu; a traced kernel whose regions add up to its measured time, and artifacts
+taken from the kernels the GPU compiled."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ def test_profile_figures_match_ncus_own_csv(store, problem):
     kernels = figures["per_kernel"]
     print(json.dumps(figures, indent=1)[:4000])
     assert figures["kernels"] == len(kernels) >= 1
+    assert figures["launches_profiled"] == sum(k["launches"] for k in kernels)
     assert all("krung" not in k["kernel"] for k in kernels)  # only the version's kernels
     for kernel in kernels:
         assert kernel["duration_ns"] > 0 and kernel["dram_read_bytes"] > 0
@@ -64,11 +66,96 @@ def test_profile_figures_match_ncus_own_csv(store, problem):
     report = store.parent / "runs" / run.run_id / figures["report"]
     assert report.is_file()
     rows = ncu_csv(ncu, str(report))
-    assert len(rows) == len(kernels)
-    for kernel, row in zip(kernels, rows, strict=True):
+    assert len(rows) == figures["launches_profiled"]
+    first = {}  # the first launch of each kernel, as the rung summarises it
+    for row in rows:
+        first.setdefault(row["Kernel Name"], row)
+    assert list(first) == [k["kernel"] for k in kernels]
+    for kernel, row in zip(kernels, first.values(), strict=True):
         for key, metric in COMPARED.items():
             assert kernel[key] == pytest.approx(number(row[metric]), rel=2e-3, abs=0.01), \
                 (key, row)
+
+
+def test_the_worst_case_is_profiled_each_kernel_once_within_the_limit(store):
+    if profile.find_ncu() is None:
+        pytest.skip("ncu (Nsight Compute) is not installed")
+    krung.calibrate(store=store)  # kept: the profile ranks the cases with these ceilings
+    solution = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
+    run = krung.evaluate("softmax", solution, store=store, device="cuda", rungs="+profile")
+    rung, roofline = run.rung("profile"), run.rung("roofline")
+    assert [r.name for r in run.rungs] == [*krung.DEFAULT_LADDER[:-1], "profile", "roofline"]
+    assert rung.ok, rung.line() + "\n" + (rung.hint or "") + "\n" + (rung.details or "")
+    figures = rung.figures
+    print(json.dumps({k: v for k, v in figures.items() if k != "per_kernel"}, indent=1))
+    print(f"profile rung {rung.duration_s:.1f} s")
+    assert roofline.ok and figures["case"] == roofline.figures["worst_case"]
+    assert "measured ceilings" in figures["case_chosen_by"]
+    worst = min(r["pct"] for r in roofline.figures["per_case"])
+    assert figures["case_pct_of_roofline"] == pytest.approx(worst, abs=0.06)
+    names = [k["kernel"] for k in figures["per_kernel"]]
+    assert len(names) == len(set(names)) >= 1 and figures["sections"] == "fast"
+    limit = krung.Settings().profile_timeout_s
+    assert rung.duration_s <= limit + 2 and sum(figures["steps_s"].values()) <= limit
+    assert set(figures["steps_s"]) == {"start", "load", "inputs", "call", "report", "read"}
+    log = (store.parent / "runs" / run.run_id / "worker-profile.log").read_text()
+    assert "External init callback" not in log  # no CUPTI of our own beside ncu's
+
+
+THRICE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def affine_kernel(x_ptr, y_ptr, n, a, b, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+    tl.store(y_ptr + offs, x * a + b, mask=offs < n)
+
+
+def affine(x, a, b, dtype=torch.float32):
+    y = torch.empty(x.shape, dtype=dtype, device=x.device)
+    affine_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), a, b, BLOCK=1024)
+    return y
+
+
+def kernel(x):  # 2x + 1 in three launches of one kernel, rounded to x's dtype once
+    return affine(affine(affine(x, 2.0, 0.0), 1.0, 0.5), 1.0, 0.5, x.dtype)
+'''
+
+
+def test_a_kernel_launched_three_times_a_call_is_summarised_once(store, scale_problem, version):
+    if profile.find_ncu() is None:
+        pytest.skip("ncu (Nsight Compute) is not installed")
+    run = krung.evaluate(scale_problem, version("thrice", THRICE), store=store, device="cuda",
+                         rungs="static,compile,run,correctness,benchmark,profile")
+    rung = run.rung("profile")
+    assert rung.ok, rung.line() + "\n" + (rung.details or "")
+    assert run.rung("benchmark").figures["per_case"][0]["kernels_per_call"] == 3
+    [kernel] = rung.figures["per_kernel"]
+    assert kernel["kernel"].startswith("affine_kernel") and kernel["launches"] == 3
+    assert rung.figures["launches_profiled"] == 3
+
+
+def test_the_real_ncu_past_the_limit_fails_the_rung_and_keeps_the_benchmark(store):
+    if profile.find_ncu() is None:
+        pytest.skip("ncu (Nsight Compute) is not installed")
+    solution = PROBLEMS / "vector_add" / "solutions" / "triton_blocked.py"
+    settings = krung.Settings.from_env().replace(profile_timeout_s=1.0)
+    run = krung.evaluate("vector_add", solution, store=store, device="cuda", settings=settings,
+                         rungs="static,compile,run,correctness,benchmark,profile")
+    rung = run.rung("profile")
+    assert rung.error_type == "ProfileTimeout", rung.line()
+    assert rung.duration_s <= 1.0 + 5
+    assert run.rung("benchmark").ok and run.rung("benchmark").figures["per_case"]
+    db = krung.Store(store)
+    try:  # as recorded: the benchmark kept
+        assert db.get(run.run_id).rung("benchmark").to_json() == \
+            run.rung("benchmark").to_json()
+    finally:
+        db.close()
 
 
 TRACED = '''

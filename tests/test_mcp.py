@@ -117,7 +117,7 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
     bench = next(r for r in run["rungs"] if r["name"] == "benchmark")["figures"]
     assert bench["speedup_vs_compiled"] > 0  # asked for: torch.compile(reference) timed too
     assert "vs torch.compile(reference)" in passed.content[0].text
-    assert passed.content[0].text.startswith("OK (every rung that could run passed; profile, "
+    assert passed.content[0].text.startswith("OK (every rung that could run passed; "
                                              "roofline skipped)")
     assert len(progress) >= len(krung.DEFAULT_LADDER)
     values = [value for value, _, _ in progress]

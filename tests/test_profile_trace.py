@@ -1,12 +1,19 @@
 """The profile rung (Nsight Compute) and the trace rung (krung.tracer) where they can run
 here, without a GPU: both skip with the reason, the ncu command profiles only the version's
-range, a counter-permission error is explained with the fix, the tracer compiles to timer
-reads for sm_90a and away to nothing without a buffer, and a trace's records become a
-Chrome trace and per-region figures. On a GPU: tests/test_gpu_profile_trace.py."""
+range with the sections asked for, the profile's time limit kills a stand-in ncu that never
+ends and keeps the earlier rungs' results, the case furthest from the roofline is the one
+profiled, `+profile` adds the profile to the default ladder, a counter-permission error is
+explained with the fix, the tracer compiles to timer reads for sm_90a and away to nothing
+without a buffer, and a trace's records become a Chrome trace and per-region figures. On a
+GPU: tests/test_gpu_profile_trace.py."""
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +22,7 @@ from krung.judge.rungs import trace as trace_rung
 from krung.judge.rungs.profile import _check_permission
 from krung.judge.rungs.profile import ncu as profile
 from krung.protocol.errors import RungFailed
+from tests.conftest import GOOD
 
 pytest.importorskip("triton")
 
@@ -77,6 +85,10 @@ def test_the_tracer_reads_the_timer_only_when_given_a_buffer(store, scale_proble
     assert ptx.count("%globaltimer") == 4 and "%smid" in ptx
 
 
+def sections_of(args: list[str]) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == "--section"]
+
+
 def test_ncu_profiles_only_the_versions_range_with_the_gpus_own_clocks(tmp_path):
     report = tmp_path / "v.ncu-rep"
     args = profile.command("/opt/ncu", report)
@@ -85,10 +97,127 @@ def test_ncu_profiles_only_the_versions_range_with_the_gpus_own_clocks(tmp_path)
     assert "--nvtx" in args and args[args.index("--clock-control") + 1] == "none"
     assert args[args.index("--launch-count") + 1] == str(profile.LAUNCH_COUNT)
     assert args[args.index("--export") + 1] == str(report)
-    sections = [args[i + 1] for i, a in enumerate(args) if a == "--section"]
-    assert sections == list(profile.SECTIONS)
+    assert "--kernel-id" not in args  # invocation numbers would count the warm-up's launches
     more = profile.command("/opt/ncu", report, clock_control="base", source_counters=True)
     assert more[more.index("--clock-control") + 1] == "base" and "SourceCounters" in more
+
+
+def test_the_fast_sections_are_what_krung_reads_and_full_adds_memory_analysis(tmp_path):
+    fast = sections_of(profile.command("/opt/ncu", tmp_path / "v.ncu-rep"))
+    full = sections_of(profile.command("/opt/ncu", tmp_path / "v.ncu-rep", profile_set="full"))
+    assert fast == ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats"]
+    assert full == ["SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
+                    "WarpStateStats"]  # the sections of every profile before the fast set
+    with_source = profile.command("/opt/ncu", tmp_path / "v.ncu-rep", source_counters=True)
+    assert sections_of(with_source) == [*fast, "SourceCounters"]
+    # DRAM traffic is in no section's header: asked for by name in either set.
+    args = profile.command("/opt/ncu", tmp_path / "v.ncu-rep")
+    assert set(args[args.index("--metrics") + 1].split(",")) >= {"dram__bytes_read.sum",
+                                                                  "dram__bytes_write.sum"}
+    assert krung.Settings().profile_set == "fast"
+    assert krung.Settings.from_env({"KRUNG_PROFILE_SET": "full"}).profile_set == "full"
+    with pytest.raises(krung.UsageError, match="KRUNG_PROFILE_SET"):
+        krung.Settings.from_env({"KRUNG_PROFILE_SET": "everything"})
+
+
+def test_ncu_profiles_one_calls_launches_and_each_kernel_is_summarised_once(tmp_path):
+    count = random.randint(2, 9)
+    args = profile.command("/opt/ncu", tmp_path / "v.ncu-rep", launch_count=count - 0.5)
+    assert args[args.index("--launch-count") + 1] == str(count)  # CUPTI's mean, rounded up
+    assert profile.kernel_filter(None) == ["--launch-count", str(profile.LAUNCH_COUNT)]
+    assert profile.kernel_filter(0.0) == ["--launch-count", str(profile.LAUNCH_COUNT)]
+    assert profile.kernel_filter(500.0) == ["--launch-count", str(profile.LAUNCH_COUNT)]
+    # A call launching a, b, a, c, a: three kernels, each from its first launch.
+    durations = [random.randint(1000, 9000) for _ in range(5)]
+    launches = [{"kernel": name, "duration_ns": ns}
+                for name, ns in zip("abaca", durations, strict=True)]
+    kernels = profile.first_per_kernel(launches)
+    assert [(k["kernel"], k["launches"], k["duration_ns"]) for k in kernels] == [
+        ("a", 3, durations[0]), ("b", 1, durations[1]), ("c", 1, durations[3])]
+
+
+def test_the_profile_is_asked_for_with_plus_profile():
+    from krung.judge.ladder import select
+
+    assert "profile" not in krung.DEFAULT_LADDER and "roofline" in krung.DEFAULT_LADDER
+    assert select(None) == list(krung.DEFAULT_LADDER) == select("")
+    assert select("+profile") == [*krung.DEFAULT_LADDER[:-1], "profile", "roofline"]
+    assert select(["+trace", "+profile"]) == [*select("+profile"), "trace"]
+    assert select("correctness,profile,static") == ["static", "correctness", "profile"]
+    with pytest.raises(krung.UsageError, match="mix") as mixed:
+        select("static,+profile")
+    assert "+profile" in mixed.value.hint
+    with pytest.raises(krung.UsageError, match="profil"):
+        select("+profil")
+
+
+# An ncu that never ends, and leaves a child behind: the limit must end both.
+STAND_IN_NCU = """#!/bin/sh
+echo $$ > "{pids}"
+sleep 600 &
+echo $! >> "{pids}"
+wait
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_the_profile_limit_ends_ncu_and_keeps_the_earlier_rungs(tmp_path, monkeypatch,
+                                                                 scale_problem, version):
+    from krung.judge.candidate import Candidate
+    from krung.judge.ladder import Context, climb
+    from krung.judge.problem import load_problem
+    from krung.judge.solution import read_solution
+
+    pids = tmp_path / "ncu.pids"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ncu").write_text(STAND_IN_NCU.format(pids=pids))
+    (bin_dir / "ncu").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    limit = round(random.uniform(2.0, 4.0), 1)
+    solution = read_solution(version("good", GOOD))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    candidate = Candidate("cpu", run_dir, solution.path)
+    candidate.start()
+    ctx = Context(problem=load_problem(scale_problem), solution=solution, device="cpu",
+                  candidate=candidate, settings=krung.Settings(profile_timeout_s=limit),
+                  seed=random.getrandbits(62), run_dir=run_dir)
+    sent: list = []
+    try:
+        climb(ctx, ["static", "compile", "run", "correctness", "benchmark"], sent.append)
+        before = [r.to_json() for r in sent]
+        assert all(r.ok for r in sent), [r.line() for r in sent]
+        ctx.device = "cuda"  # as on a GPU: the rung starts `ncu` from PATH, the stand-in
+        start = time.monotonic()
+        climb(ctx, ["profile"], sent.append)
+        took = time.monotonic() - start
+    finally:
+        candidate.close()
+    rung = sent[-1]
+    assert rung.name == "profile" and rung.status is krung.Status.FAILED, rung.line()
+    assert rung.error_type == "ProfileTimeout"
+    assert f"limit of {limit:g} s while ncu was starting the worker" in rung.error
+    assert "KRUNG_PROFILE_TIMEOUT" in rung.hint and "kept their results" in rung.hint
+    assert rung.figures["limit_s"] == limit and "start" in rung.figures["steps_s"]
+    assert limit <= took <= limit + 5
+    # Every earlier rung's result as it was sent, in order, and none rewritten.
+    assert [r.to_json() for r in sent[:-1]] == before
+    assert [ctx.results[r["name"]].to_json() for r in before] == before
+    # ncu and the process it left behind are gone.
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 2
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in started)
 
 
 def test_a_profiler_without_counter_permission_fails_with_the_fix(tmp_path):
@@ -110,6 +239,14 @@ def test_clock_control_setting_is_checked():
         .profile_clock_control == "base"
     with pytest.raises(krung.UsageError, match="KRUNG_PROFILE_CLOCK_CONTROL"):
         krung.Settings.from_env({"KRUNG_PROFILE_CLOCK_CONTROL": "turbo"})
+
+
+def test_the_profile_time_limit_setting_is_checked():
+    assert krung.Settings().profile_timeout_s == 60.0
+    assert krung.Settings.from_env({"KRUNG_PROFILE_TIMEOUT": "25"}).profile_timeout_s == 25.0
+    for bad in ("0", "-3", "soon"):
+        with pytest.raises(krung.UsageError, match="KRUNG_PROFILE_TIMEOUT"):
+            krung.Settings.from_env({"KRUNG_PROFILE_TIMEOUT": bad})
 
 
 def test_trace_records_become_a_chrome_trace_and_region_figures():
@@ -152,3 +289,54 @@ def test_a_report_read_from_ncus_csv_where_ncu_report_is_missing():
     assert kernel["top_stalls"] == [{"reason": "long_scoreboard", "cycles_per_issue": 3.5},
                                     {"reason": "wait", "cycles_per_issue": 0.75}]
     assert kernel["findings"] == []
+
+
+def test_the_case_profiled_is_the_one_furthest_from_the_roofline(tmp_path):
+    from krung.judge.device import datasheet_for
+    from krung.judge.ladder import Context
+    from krung.judge.problem import case_label, load_problem
+    from krung.judge.rungs.profile.case import choose_case
+    from krung.judge.rungs.roofline.calibration import key_of
+    from tests.conftest import PROBLEMS
+    from tests.recorded import H200_RECORD
+
+    problem = load_problem(PROBLEMS / "softmax")  # four memory-bound bench cases
+    labels = [case_label(c) for c in problem.bench_cases]
+    pcts = random.sample([35.0, 52.0, 71.0, 88.0], 4)  # % of the DRAM roofline per case
+    speedups = random.sample([0.4, 0.9, 1.3, 2.2], 4)
+    rows = []
+    for case, pct, speedup in zip(problem.bench_cases, pcts, speedups, strict=True):
+        roofline_us = problem.bytes_moved(case) / H200_RECORD["dram_bytes_per_s"] * 1e6
+        median = roofline_us / (pct / 100)
+        rows.append({"case": case_label(case), "median_us": median, "speedup": speedup,
+                     "ref_median_us": median * speedup, "kernels_per_call": 1.0})
+    bench = krung.RungResult("benchmark", krung.Status.OK, figures={"per_case": rows})
+    env = {"device_name": "NVIDIA H200", "driver": "570.86", "torch": "2.13", "cuda": "12.8"}
+    kept = {"key": key_of(env), "record": H200_RECORD, "measured_at": "2026-01-01T00:00:00"}
+
+    def chosen(**changes):
+        fields = {"problem": problem, "solution": None, "device": "cuda", "candidate": None,
+                  "settings": krung.Settings(), "seed": 7, "run_dir": tmp_path,
+                  "results": {"benchmark": bench}, "env": env, "calibrations": [kept],
+                  **changes}
+        case, why = choose_case(Context(**fields))
+        return case_label(case), why
+
+    worst = labels[pcts.index(min(pcts))]
+    label, why = chosen()
+    assert label == worst, (pcts, why)
+    assert why["case_pct_of_roofline"] == pytest.approx(min(pcts), abs=0.05)
+    assert why["case_chosen_by"] == "the lowest % of roofline of 4 bench cases (measured " \
+                                    "ceilings)"
+    # No calibration kept yet: the datasheet's peaks rank the cases (nothing is measured).
+    assert datasheet_for("NVIDIA H200") is not None
+    label, why = chosen(calibrations=[])
+    assert label == worst and "datasheet" in why["case_chosen_by"]
+    # A GPU krung knows no figures for: the lowest speedup over the reference.
+    label, why = chosen(calibrations=[], env={**env, "device_name": "Some Future GPU"})
+    assert label == labels[speedups.index(min(speedups))]
+    assert why == {"case_chosen_by": "the lowest speedup over the reference of 4 bench cases "
+                                     "(no ceilings known for this GPU)"}
+    # No benchmark in the ladder: the first case, and why.
+    label, why = chosen(results={})
+    assert label == labels[0] and "climb benchmark too" in why["case_chosen_by"]

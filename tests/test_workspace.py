@@ -27,7 +27,7 @@ def test_default_workspace_holds_the_template_and_its_first_version_passes(krung
     assert run["ok"] and run["problem"] == "problem"
     assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
                                                  "determinism", "benchmark", "artifacts",
-                                                 "profile", "roofline"]
+                                                 "roofline"]
     assert run["rungs"][0]["figures"]["dsl"] == "triton"
     history = krung("history", "problem", "--json", cwd=ws)
     assert [r["run_id"] for r in history.json()] == [run["run_id"]]

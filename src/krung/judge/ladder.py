@@ -34,11 +34,16 @@ if TYPE_CHECKING:
     from krung.judge.solution import Solution
     from krung.protocol.settings import Settings
 
-# The implemented rungs, in the order they run. `trace` is only on request: it needs a
-# kernel instrumented with krung.trace.
+# The implemented rungs, in the order they run.
 RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark", "artifacts",
          "profile", "roofline", "trace")
-DEFAULT_LADDER = tuple(r for r in RUNGS if r != "trace")
+# What a turn of the loop climbs unless told otherwise: every rung that answers in seconds.
+# Only on request (`--rungs +profile`, or naming them): `profile`, whose ncu run costs tens of
+# seconds (docs/rungs-profile.md), and `trace`, which needs a kernel instrumented with
+# krung.tracer. The roofline works without the profile; its limiter then reasons from the
+# benchmark's figures alone.
+ON_REQUEST = ("profile", "trace")
+DEFAULT_LADDER = tuple(r for r in RUNGS if r not in ON_REQUEST)
 
 
 class RungSkipped(Exception):
@@ -46,15 +51,28 @@ class RungSkipped(Exception):
 
 
 def select(spec: str | list[str] | tuple[str, ...] | None) -> list[str]:
-    """The rungs to climb, in ladder order, from `a,b` or a list; all by default."""
+    """The rungs to climb, in ladder order: the default ladder for nothing; exactly the rungs
+    named in `a,b` (or a list); the default ladder and more for `+a,+b` (`+profile` adds the
+    profile to the default)."""
     if spec is None or spec == "" or spec == []:
         return list(DEFAULT_LADDER)
-    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else list(spec)
-    unknown = [n for n in names if n not in RUNGS]
+    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else \
+        [str(n).strip() for n in spec]
+    names = [n for n in names if n]
+    if not names:
+        return list(DEFAULT_LADDER)
+    added = [n.removeprefix("+") for n in names if n.startswith("+")]
+    if added and len(added) != len(names):
+        raise UsageError(f"rungs {','.join(names)} mix added rungs (+name) with named ones",
+                         hint="either name every rung to climb (static,compile,run) or add "
+                              "rungs to the default ladder (+profile,+trace)")
+    unknown = [n for n in (added or names) if n not in RUNGS]
     if unknown:
         raise UsageError(f"unknown rung(s): {', '.join(unknown)}",
-                         hint=f"choose from: {','.join(RUNGS)}")
-    return [n for n in RUNGS if n in names]
+                         hint=f"choose from: {','.join(RUNGS)}; +name adds a rung to the "
+                              f"default ladder ({','.join(DEFAULT_LADDER)})")
+    chosen = set(DEFAULT_LADDER) | set(added) if added else set(names)
+    return [n for n in RUNGS if n in chosen]
 
 
 @dataclass

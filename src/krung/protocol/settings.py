@@ -14,6 +14,7 @@ from pathlib import Path
 from krung.protocol.errors import UsageError
 
 DEVICES = ("auto", "cpu", "cuda")
+PROFILE_SETS = ("fast", "full")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ _SETTINGS = {
     "profile_source_counters": Setting("KRUNG_PROFILE_SOURCE_COUNTERS", "1 to add ncu's "
                                                                         "SourceCounters section "
                                                                         "(slower)"),
+    "profile_timeout_s": Setting("KRUNG_PROFILE_TIMEOUT", "seconds for the whole profile rung "
+                                                          "(ncu's start, the version's load and "
+                                                          "call, the report); past it ncu is "
+                                                          "killed and the rung fails"),
+    "profile_set": Setting("KRUNG_PROFILE_SET", "ncu sections in the profile rung: fast (what "
+                                                "krung's summary and the roofline's limiter "
+                                                "read) or full (adds MemoryWorkloadAnalysis)"),
     "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
                                           "0 to copy them through host memory"),
     "compiled_baseline": Setting("KRUNG_COMPILED_BASELINE", "1 to time torch.compile(reference) "
@@ -69,6 +77,8 @@ class Settings:
     artifacts_arch: str = "auto"
     profile_clock_control: str = "none"
     profile_source_counters: bool = False
+    profile_timeout_s: float = 60.0
+    profile_set: str = "fast"
     roofline_threshold_pct: float = 90.0
     compiled_baseline: bool = False
 
@@ -122,6 +132,10 @@ def _parse(name: str, source: str, raw: object) -> object:
     if name == "profile_clock_control" and raw not in ("none", "base"):
         raise UsageError(f"{source}={raw!r} is not an ncu clock control",
                          hint="use none (the GPU's own clocks) or base (locked base clocks)")
+    if name == "profile_set" and raw not in PROFILE_SETS:
+        raise UsageError(f"{source}={raw!r} is not a profile set krung knows",
+                         hint="use fast (the sections krung reads) or full (adds ncu's "
+                              "MemoryWorkloadAnalysis; slower)")
     if name == "device" and raw not in DEVICES:
         raise UsageError(f"{source}={raw!r} is not a device krung knows",
                          hint=f"use one of: {', '.join(DEVICES)}")

@@ -68,16 +68,30 @@ class Problem:
     ranking_by: str | None = None  # GPU MODE: how bench cases make one score (last, mean, geom)
     timeouts: dict[str, float] = field(default_factory=dict)  # caps on krung's settings
     facts: dict[str, Any] = field(default_factory=dict)  # recorded with the run (env)
+    _cpu: Any = field(default=None, init=False, repr=False, compare=False)  # CpuCases, once
 
     def writable_leaves(self, inputs: tuple) -> set[int]:
         """The output buffers among these inputs (none unless the format passes some)."""
         return self.writable(inputs) if self.writable else set()
 
     def bench_cases_for(self, device: str) -> list[dict]:
-        """Bench cases sized for the device: the interpreter on a CPU needs small ones."""
+        """Bench cases sized for the device: the interpreter on a CPU needs small ones, the
+        problem's `cpu_bench_cases` or its smallest bench case shrunk (cpu_cases.py)."""
         if device == "cpu":
-            return self.cpu_bench_cases or [min(self.bench_cases, key=case_size)]
+            return list(self._cpu_cases().cases)
         return self.bench_cases
+
+    def cpu_reduction(self) -> dict[str, Any] | None:
+        """What the CPU times instead of the smallest bench case, when that is too big for
+        the interpreter: {"from", "to", "how", "bytes", "budget_bytes"}; None otherwise."""
+        return self._cpu_cases().reduced
+
+    def _cpu_cases(self) -> Any:
+        if self._cpu is None:  # made once: it may run the generator and the reference
+            from krung.judge.problem.cpu_cases import cpu_cases
+
+            self._cpu = cpu_cases(self)
+        return self._cpu
 
 
 def case_label(case: dict) -> str:

@@ -9,6 +9,10 @@ remembers inputs it has seen, fails here. The version is timed in its worker, th
 in the judge, with the same protocol (krung.worker.timing). The GPU's clocks are read before and
 after; throttling is reported with the figures. A time below what the GPU's datasheet peaks
 allow for the problem's work is impossible, and fails the rung.
+
+On a CPU (Triton's interpreter) the cases are the problem's `cpu_bench_cases`, or its
+smallest bench case shrunk to fit the interpreter (krung.judge.problem.cpu_cases); then the
+figures say so (`cases_reduced_for_cpu`: which case was timed instead of which).
 """
 
 from __future__ import annotations
@@ -62,6 +66,11 @@ def run(ctx: Context) -> dict[str, Any]:
         if versus is not None and baseline.error is None:  # not over some of the cases only
             figures["speedup_vs_compiled"] = versus
         figures.update(baseline.figures())
+    reduced = ctx.problem.cpu_reduction() if ctx.device == "cpu" else None
+    if reduced:  # the bench cases are too big for the interpreter: a smaller one was timed
+        figures["cases_reduced_for_cpu"] = (
+            f"{reduced['from']} -> {reduced['to']} ({reduced['how']}; inputs and outputs "
+            f"{reduced['bytes'] or '?'} B, the interpreter's budget {reduced['budget_bytes']} B)")
     if ctx.problem.ranking_by:  # GPU MODE ranks a version by one score over its bench cases
         figures["ranking_by"] = ctx.problem.ranking_by
         figures["score_us"] = ranking_score(ctx.problem.ranking_by,

@@ -1,9 +1,11 @@
 """Nsight Compute over the version's kernels, and its report as a compact summary per kernel.
 
 The profile rung starts a fresh worker under `ncu`, which profiles only the kernels launched
-inside the NVTX range the worker pushes around the version's calls (`--nvtx-include`), at
-most LAUNCH_COUNT of them, with `--clock-control none` by default (the GPU's own clocks, as
-the benchmark saw them; KRUNG_PROFILE_CLOCK_CONTROL=base locks them). The report is read with
+inside the NVTX range the worker pushes around one call of the version (`--nvtx-include`), as
+many launches as one call makes (at most LAUNCH_COUNT), with `--clock-control none` by default
+(the GPU's own clocks, as the benchmark saw them; KRUNG_PROFILE_CLOCK_CONTROL=base locks
+them). The sections are the `fast` set unless KRUNG_PROFILE_SET=full asks for more: each
+section adds replay passes, and every pass restores the memory the kernel writes. The report is read with
 Nsight Compute's own Python module, `ncu_report` (in `extras/python` next to the ncu binary),
 in a child process (`python -m krung.judge.rungs.profile.ncu REPORT`) so its native library never loads into
 the judge; where an install has no `extras/python`, from ncu's own CSV export of the report.
@@ -15,6 +17,7 @@ import csv
 import glob
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -25,8 +28,17 @@ from typing import Any
 
 NVTX_RANGE = "krung_version"
 LAUNCH_COUNT = 32
-SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
-            "WarpStateStats")
+# The sections per set. `fast` collects what krung reads: duration and the compute, memory
+# and DRAM throughputs (SpeedOfLight; the roofline's limiter reads these), achieved and
+# theoretical occupancy (Occupancy), registers, block, grid and shared memory (LaunchStats)
+# and the stall reasons (WarpStateStats), with the rule findings of each. `full` adds
+# MemoryWorkloadAnalysis, the costliest in replay passes, for its own rule findings and for
+# reading the report in Nsight Compute.
+SECTIONS = {
+    "fast": ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats"),
+    "full": ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
+             "WarpStateStats"),
+}
 # Summary figures no section above collects (DRAM traffic is in no section's header).
 EXTRA_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum",
                  "sm__cycles_elapsed.avg.per_second")
@@ -88,16 +100,47 @@ def report_module_dir(ncu: str) -> Path | None:
     return next((c for c in (*near, *usual) if (c / "ncu_report.py").is_file()), None)
 
 
-def command(ncu: str, report: Path, *, clock_control: str = "none",
+def command(ncu: str, report: Path, *, profile_set: str = "fast", clock_control: str = "none",
             source_counters: bool = False, launch_count: int = LAUNCH_COUNT) -> list[str]:
     """The ncu prefix for the worker: only the version's kernels, a bounded number."""
-    sections = [*SECTIONS, *(("SourceCounters",) if source_counters else ())]
+    sections = [*SECTIONS[profile_set], *(("SourceCounters",) if source_counters else ())]
     args = [ncu, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
-            "--launch-count", str(launch_count), "--clock-control", clock_control,
+            *kernel_filter(launch_count), "--clock-control", clock_control,
             "--export", str(report), "--force-overwrite", "--metrics", ",".join(EXTRA_METRICS)]
     for section in sections:
         args += ["--section", section]
     return args
+
+
+def kernel_filter(launches_per_call: float | None) -> list[str]:
+    """Which launches ncu profiles: as many as one call of the version makes (the benchmark
+    counted them), counted inside the NVTX range only, so the warm-up call before the range
+    costs nothing; LAUNCH_COUNT at most, and where the count is unknown. A kernel launched
+    more than once in the call is summarised once (`first_per_kernel`).
+
+    Not `--kernel-id :::1` (the first invocation of every kernel name): its invocation
+    number may count the warm-up call's launches too (the documentation does not say, and
+    others combining it with an NVTX filter found it profiled nothing), and then it would
+    never select a launch inside the range. benchmarks/profile_rung.py shows what the
+    installed ncu does."""
+    if not launches_per_call or launches_per_call <= 0:
+        count = LAUNCH_COUNT
+    else:
+        count = min(LAUNCH_COUNT, math.ceil(launches_per_call))
+    return ["--launch-count", str(count)]
+
+
+def first_per_kernel(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first profiled launch of each kernel name, in launch order, with how many launches
+    of it were profiled (`launches`)."""
+    first: dict[str, dict[str, Any]] = {}
+    for kernel in kernels:
+        name = str(kernel.get("kernel"))
+        if name in first:
+            first[name]["launches"] += 1
+        else:
+            first[name] = {**kernel, "launches": 1}
+    return list(first.values())
 
 
 def read_report(ncu: str, report: Path, timeout: float = 300) -> list[dict[str, Any]]:

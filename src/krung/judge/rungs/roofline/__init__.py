@@ -37,19 +37,9 @@ def run(ctx: Context) -> dict[str, Any]:
         raise RungSkipped("needs the benchmark rung's times: climb benchmark too")
     ceilings, source, table = _ceilings(ctx)
     threshold = ctx.settings.roofline_threshold_pct
-    tf32 = _allows_tf32(ctx.problem.tolerance)
     profile = ctx.results.get("profile")
     profile_figures = profile.figures if profile is not None and profile.ok else None
-    cases = {case_label(c): c for c in ctx.problem.bench_cases_for(ctx.device)}
-    rows = []
-    for bench_row in bench.figures.get("per_case") or []:
-        case = cases.get(bench_row.get("case"))
-        if case is None or not bench_row.get("median_us"):
-            continue
-        precision = roofline.precision_of(str(case.get("dtype", "float32")), tf32)
-        rows.append(case_figures(bench_row, precision, float(ctx.problem.flops(dict(case))),
-                                 float(ctx.problem.bytes_moved(dict(case))), ceilings,
-                                 threshold, profile_figures))
+    rows = case_rows(ctx, bench.figures, ceilings, threshold, profile_figures)
     figures = summarise(rows, threshold, source, table)
     if figures is None:
         raise RungSkipped("no bench case has both a time and work to place: check the "
@@ -66,6 +56,30 @@ def run(ctx: Context) -> dict[str, Any]:
             "ceilings are stale (`krung calibrate --force` measures them again)",
             figures=figures)
     return figures
+
+
+def case_rows(ctx: Context, bench_figures: dict[str, Any], ceilings: Ceilings,
+              threshold: float, profile_figures: Any = None) -> list[dict[str, Any]]:
+    """A row for each bench case the benchmark rung timed: its place under these ceilings
+    (the roofline rung's rows; the profile rung picks the case furthest from the roofline)."""
+    tf32 = _allows_tf32(ctx.problem.tolerance)
+    cases = {case_label(c): c for c in ctx.problem.bench_cases_for(ctx.device)}
+    rows = []
+    for bench_row in bench_figures.get("per_case") or []:
+        case = cases.get(bench_row.get("case"))
+        if case is None or not bench_row.get("median_us"):
+            continue
+        precision = roofline.precision_of(str(case.get("dtype", "float32")), tf32)
+        rows.append(case_figures(bench_row, precision, float(ctx.problem.flops(dict(case))),
+                                 float(ctx.problem.bytes_moved(dict(case))), ceilings,
+                                 threshold, profile_figures))
+    return rows
+
+
+def kept_ceilings(ctx: Context) -> Ceilings | None:
+    """The device's ceilings if the store keeps a calibration for it (nothing is measured)."""
+    entry = find(ctx.calibrations, key_of(ctx.env))
+    return Ceilings.from_record(entry["record"]) if entry is not None else None
 
 
 def case_figures(bench_row: dict[str, Any], precision: str, flops: float, moved: float,

@@ -92,11 +92,14 @@ CHEATS = {
         def kernel(x):
             return torch.ones(x.numel() + (64 << 20), dtype=x.dtype)
     """, "run", "OutputTooLarge", "more than the"),
-    # Adds noise below the tolerance: passes correctness, never the same bits twice.
+    # Adds noise below the tolerance: passes correctness, never the same bits twice. One unit
+    # in the last place of the output's own dtype on a random half of the elements (noise of a
+    # fixed size would round away in bfloat16).
     "noisy": ("""
         import torch
         def kernel(x):
-            return x * 2 + 1 + 1e-7 * torch.randn_like(x)
+            y = x * 2 + 1
+            return y + y.abs() * torch.finfo(y.dtype).eps * (torch.rand_like(y) < 0.5)
     """, "determinism", "Nondeterministic", "differs between two runs"),
     # Remembers outputs by input storage: right until the same storage holds new values.
     "memoises_storage": ("""

@@ -112,7 +112,7 @@ def test_a_packed_job_runs_elsewhere_with_krung_shipped_and_comes_back(
     job = Job(str(scale_problem), str(version("good", GOOD)), rungs=CORRECTNESS, seed=11)
     remote = tmp_path / "elsewhere"
     unpack(pack(job, settings), remote)
-    assert (remote / "src" / "krung" / "worker.py").is_file()
+    assert (remote / "src" / "krung" / "worker" / "serve.py").is_file()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(remote / "src")  # only the shipped krung
     done = subprocess.run([sys.executable, "-m", "krung.host.scale.job", str(remote)], env=env,

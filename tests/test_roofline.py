@@ -319,3 +319,59 @@ def test_the_power_cap_alone_is_no_clock_warning():
     assert "below 70%" in clock_warning(None, _clock(900, [], power_capped=True))
     assert "before the measurement" in clock_warning(_clock(1980, ["sw_thermal"]),
                                                      _clock(1980, []))
+
+
+def test_the_time_at_the_top_clock_scales_only_the_compute_share():
+    flops, moved = MATMUL_8K
+    bench = {"case": "big", "median_us": 2000.0, "sm_mhz_timed": 1707, "sm_max_mhz": 1980}
+    row = case_figures(bench, "bf16", flops, moved, CEILINGS, 90.0, None)
+    compute_s, memory_s = flops / 800e12, moved / 4e12
+    share = compute_s / (compute_s + memory_s)  # 93%: most of it follows the clock
+    at_top = 2000.0 * (1 - share + share * 1707 / 1980)
+    assert row["median_us_at_max_clock"] == pytest.approx(at_top)
+    assert row["clock_scaling"] == (f"x{at_top / 2000:.3g}: the compute share of the roofline "
+                                    "time (93%) scaled by the clock, 1707 MHz timed of 1980 "
+                                    "MHz top")
+    assert row["bound"] == "compute" and row["median_us"] == 2000.0
+    assert row["pct"] == pytest.approx(100 * compute_s * 1e6 / at_top)  # placed at the top
+    # memory-bound: the small compute share scales little, and the time as timed is placed
+    add = case_figures({**bench, "median_us": 1600.0}, "fp32", *ADD_256M, CEILINGS, 90.0, None)
+    share = (2**28 / 50e12) / (2**28 / 50e12 + ADD_256M[1] / 4e12)
+    assert add["median_us_at_max_clock"] == pytest.approx(
+        1600.0 * (1 - share + share * 1707 / 1980))
+    assert add["pct"] == pytest.approx(100 * ADD_256M[1] / 4e12 * 1e6 / 1600.0)
+    # no clock figures, or the samples at the top clock: the time as timed
+    for extra in ({}, {"sm_mhz_timed": 1980, "sm_max_mhz": 1980}):
+        plain = case_figures({"case": "c", "median_us": 2000.0, **extra}, "bf16", flops, moved,
+                             CEILINGS, 90.0, None)
+        assert plain["median_us_at_max_clock"] == 2000.0 and "clock_scaling" not in plain
+
+
+def test_the_next_step_names_the_number_to_beat_the_kernel_and_the_first_try():
+    flops, moved = MATMUL_8K
+    floor = flops / 800e12 * 1e6
+    rows = [case_figures({"case": f"case{i}", "median_us": floor / f}, "bf16", flops, moved,
+                         CEILINGS, 90.0, None, kernel="matmul_kernel")
+            for i, f in enumerate((0.5, 0.95))]
+    figures = summarise(rows, 90.0, "measured now", [])
+    assert figures["next_step"] == (
+        f"beat {floor:.4g} us (the roofline) on case case0 in matmul_kernel, now "
+        f"{2 * floor:.4g} us (50% of the bf16 peak); first try: climb the artifacts rung so "
+        "the SASS says which pipes bind; meanwhile fewer instructions per element: 16-byte "
+        "vector loads, less index arithmetic, FMA instead of a multiply and an add, no "
+        "division, or for a matmul, keep the tensor cores fed: larger tiles, deeper software "
+        "pipelining (more stages, TMA), and an epilogue that overlaps the next tile")
+    assert figures["compute_ceilings"] == [{
+        "compute_ceiling": "bf16", "compute_label": "the bf16 peak", "compute_per_s": 800e12,
+        "ceiling_chosen_by": "the dtype (bf16), assumed: no SASS was given to choose by",
+        "ceiling_assumed": True, "cases": ["case0", "case1"]}]
+    at = [case_figures({"case": "c", "median_us": floor / 0.95}, "bf16", flops, moved,
+                       CEILINGS, 90.0, None)]
+    assert summarise(at, 90.0, "x", [])["next_step"].startswith("every bench case is at the "
+                                                                "roofline: stop optimising")
+    fast = case_figures({"case": "fast", "median_us": floor / 2}, "bf16", flops, moved,
+                        CEILINGS, 90.0, None)
+    assert summarise([*rows, fast], 90.0, "x", [])["next_step"] == (
+        f"case fast took {floor / 2:.4g} us, under the {floor:.4g} us the roofline allows: "
+        "check that every call does all the work (no results kept across calls, no skipped "
+        "elements); if it does, correct the problem's flops()/bytes_moved()")

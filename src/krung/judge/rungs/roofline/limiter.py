@@ -212,17 +212,25 @@ def _counters(f: Facts) -> str:
     return said
 
 
+_FEWER_INSTRUCTIONS = ("fewer instructions per element: 16-byte vector loads, less index "
+                       "arithmetic, FMA instead of a multiply and an add, no division")
+_TENSOR_FED = ("keep the tensor cores fed: larger tiles, deeper software pipelining (more "
+               "stages, TMA), and an epilogue that overlaps the next tile")
+
+
 def _compute_try(f: Facts) -> str:
     """The first thing to try on a compute-bound case, by the ceiling that binds."""
-    name = f.point.compute.name if f.point.compute else f.point.precision
+    compute = f.point.compute
+    name = compute.name if compute else f.point.precision
     if name == "mufu":
         return ("fewer MUFU operations: exp2 with log2(e) folded into a scale instead of exp, "
                 "rsqrt instead of 1/sqrt, a polynomial on the FMA pipe for some of them")
-    if name in ("fma", "hfma2", "int", "issue"):
-        return ("fewer instructions per element: 16-byte vector loads, less index arithmetic, "
-                "FMA instead of a multiply and an add, no division")
-    return ("keep the tensor cores fed: larger tiles, deeper software pipelining (more "
-            "stages, TMA), and an epilogue that overlaps the next tile")
+    if name in ("fma", "hfma2", "int", "issue") or f.point.bound == "memory":
+        return _FEWER_INSTRUCTIONS  # the pipes bind where the bytes should have
+    if compute is None or compute.assumed:
+        return ("climb the artifacts rung so the SASS says which pipes bind; meanwhile "
+                f"{_FEWER_INSTRUCTIONS}, or for a matmul, {_TENSOR_FED}")
+    return _TENSOR_FED
 
 
 def _counted_compute(f: Facts) -> str:

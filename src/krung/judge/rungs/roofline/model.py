@@ -81,6 +81,14 @@ class ComputeCeiling:
     label: str  # for people: "the bf16 tensor-core peak", "the FP32 FMA pipe"
     chosen_by: str  # what chose it: the SASS, or the dtype
     assumed: bool = False  # chosen from the dtype alone, not from the kernels' SASS
+    # A pipe's ceiling as the bytes per second its instruction stream can move (the mix's
+    # global bytes over its busiest pipe's time): then compute time = bytes / this, and
+    # `per_s` is None. krung.judge.rungs.roofline.pipes says why bytes and not FLOPs.
+    bytes_per_s: float | None = None
+    # Nothing can exceed this FLOP/s (a measured peak, named `suspect_name`): the suspect
+    # check's bound where `per_s` is a model's figure rather than a measured peak.
+    suspect_per_s: float | None = None
+    suspect_name: str | None = None
 
 
 def dtype_ceiling(precision: str, ceilings: Ceilings, why: str) -> ComputeCeiling:
@@ -102,10 +110,10 @@ class Point:
     achieved_flops_per_s: float
     achieved_bytes_per_s: float
     intensity: float | None  # flops per byte; None when no bytes move
-    ridge: float | None  # the intensity where the ceilings meet; None without a compute peak
+    ridge: float | None  # the intensity where the ceilings meet; None without a FLOP/s peak
     bound: str  # "memory" or "compute"
     ceiling: str  # "dram", or the compute ceiling's name when it binds
-    ceiling_per_s: float  # bytes/s for dram, flops/s otherwise
+    ceiling_per_s: float  # bytes/s for dram and a pipe's instruction stream, flops/s otherwise
     roofline_us: float
     pct: float  # % of the binding ceiling reached: roofline_us / time_us
     verdict: str  # at-roofline, below, suspect
@@ -147,13 +155,18 @@ def place(flops: float, bytes_moved: float, time_us: float, ceilings: Ceilings,
     peak = compute.per_s if compute is not None else ceilings.flops_per_s.get(precision)
     name = compute.name if compute is not None else precision
     memory_s = bytes_moved / ceilings.dram_bytes_per_s
-    compute_s = flops / peak if peak else 0.0
+    stream = compute.bytes_per_s if compute is not None else None
+    compute_s = bytes_moved / stream if stream else (flops / peak if peak else 0.0)
     bound = "compute" if compute_s > memory_s else "memory"
     roofline_s = max(memory_s, compute_s)
     achieved_flops = flops / seconds
     achieved_bytes = bytes_moved / seconds
     pct = 100 * roofline_s / seconds
-    why = _why_suspect(achieved_flops, achieved_bytes, bytes_moved, ceilings, name, peak)
+    if compute is not None and compute.suspect_per_s:
+        why = _why_suspect(achieved_flops, achieved_bytes, bytes_moved, ceilings,
+                           compute.suspect_name or name, compute.suspect_per_s)
+    else:
+        why = _why_suspect(achieved_flops, achieved_bytes, bytes_moved, ceilings, name, peak)
     verdict = "suspect" if why else ("at-roofline" if pct >= threshold_pct else "below")
     return Point(
         flops=flops, bytes_moved=bytes_moved, time_us=time_us, precision=precision,
@@ -161,7 +174,8 @@ def place(flops: float, bytes_moved: float, time_us: float, ceilings: Ceilings,
         intensity=flops / bytes_moved if bytes_moved else None,
         ridge=peak / ceilings.dram_bytes_per_s if peak else None,
         bound=bound, ceiling="dram" if bound == "memory" else name,
-        ceiling_per_s=ceilings.dram_bytes_per_s if bound == "memory" else float(peak or 0),
+        ceiling_per_s=ceilings.dram_bytes_per_s if bound == "memory" else float(
+            stream or peak or 0),
         roofline_us=roofline_s * 1e6, pct=pct, verdict=verdict, why_suspect=why,
         compute=compute, memory_s=memory_s, compute_s=compute_s)
 

@@ -14,13 +14,21 @@ version's kernels):
   pipe, MUFU on the special function unit, IMAD on the integer pipe, and every instruction
   on issue (one warp instruction per clock per scheduler: the FP32 pipe's rate on sm_86 and
   newer, twice it where the FP32 pipe is half-width, sm_80 and older; named only when it
-  takes ISSUE_NAMED times the slowest pipe's time, or more). The ceiling is the
-  FLOP/s this mix reaches with that pipe saturated: the mix's floating-point work (2 per
-  FFMA, 1 per FMUL or FADD, 4 per HFMA2, 1 per MUFU, ...) over the binding pipe's time.
-  That is the problem's FLOP/s ceiling if the kernels do the problem's flops with this mix
-  (counts are static, from the SASS text, not executed counts);
+  takes ISSUE_NAMED times the slowest pipe's time, or more);
 - where the artifacts rung did not run or found no SASS: the dtype's matmul peak, as before,
   marked as an assumption.
+
+A pipe's ceiling is scaled to the problem by bytes, not by FLOPs: the mix's global loads and
+stores (LDG/STG, by width) are the bytes one thread moves for the instructions it issues, so
+the kernel's instruction stream can move at most `bytes / busiest pipe's time` bytes per
+second (`bytes_per_s`), and a case's compute time is its minimum bytes over that. Problems
+count FLOPs by their own conventions (a GELU may be 8 FLOPs or 30), while the bytes a
+kernel must move are the problem's minimum bytes; the counts are static (the SASS text, not
+executed instructions), which for a loop weighs its body once, loads and arithmetic alike.
+Where the mix's bytes are unknown (cp.async or TMA copies carry no width in the mix), the
+pipe's FLOP/s over the mix's floating-point work (2 per FFMA, 1 per FMUL or FADD, 4 per
+HFMA2, 1 per MUFU, ...) is the ceiling instead, and failing that the FMA pipe's peak,
+marked as assumed.
 """
 
 from __future__ import annotations
@@ -70,10 +78,10 @@ def version_mix(artifacts_figures: Any) -> dict[str, Any] | None:
         for key, value in mix.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 total[key] = total.get(key, 0) + value
-            elif key == "tensor_core" and isinstance(value, dict):
-                ops = total.setdefault("tensor_core", {})
-                for op, count in value.items():
-                    ops[op] = ops.get(op, 0) + count
+            elif isinstance(value, dict):  # tensor_core, tma: by opcode; ldg, stg: by width
+                counts = total.setdefault(key, {})
+                for name, count in value.items():
+                    counts[str(name)] = counts.get(str(name), 0) + count
     return total
 
 
@@ -101,6 +109,16 @@ def pipe_times(mix: dict[str, Any], ceilings: Ceilings) -> dict[str, float]:
     return times
 
 
+def global_bytes(mix: dict[str, Any]) -> float | None:
+    """Bytes one thread moves by its global loads and stores in the mix, or None where the
+    mix moves data the widths do not show (cp.async, TMA) or moves none."""
+    if mix.get("ldgsts") or mix.get("tma_total"):
+        return None
+    total = sum(int(bits) // 8 * count for kind in ("ldg", "stg")
+                for bits, count in (mix.get(kind) or {}).items())
+    return float(total) or None
+
+
 def compute_ceiling(mix: dict[str, Any] | None, precision: str, ceilings: Ceilings,
                     no_mix_why: str = "the artifacts rung did not run, so no SASS says "
                                       "which pipes the kernels use") -> ComputeCeiling:
@@ -115,25 +133,32 @@ def compute_ceiling(mix: dict[str, Any] | None, precision: str, ceilings: Ceilin
                               f"the {on_tensor} tensor-core peak", f"SASS: {names}")
     times = pipe_times(mix, ceilings)
     flops = sum(per_op * (mix.get(op) or 0) for op, per_op in FLOPS_PER_OP.items())
+    moved = global_bytes(mix)
     fma = ceilings.pipes_per_s.get("fma")
-    if not times or not flops:
+    if not times or not (moved or flops):
         what = "no pipe rate was measured" if not ceilings.pipes_per_s else \
-            "no floating-point instruction to weigh the pipes by"
+            "no global load, store or floating-point instruction to scale the pipes by"
         if fma:
             return ComputeCeiling("fma", fma, LABELS["fma"], f"SASS: no tensor-core "
                                   f"instruction, and {what}: the FP32 FMA pipe's peak is "
                                   "assumed", assumed=True)
         return dtype_ceiling(precision, ceilings, f"no tensor-core instruction, and {what}")
     binding = max(times, key=lambda pipe: times[pipe])
-    slowest_pipe = max((p for p in times if p != "issue"), key=lambda p: times[p], default=None)
-    if slowest_pipe and times[binding] <= ISSUE_NAMED * times[slowest_pipe]:
-        label = LABELS[slowest_pipe]  # issue is that pipe's own instructions, mostly
-        binding_name = slowest_pipe
-    else:
-        label, binding_name = LABELS[binding], binding
+    named = max((p for p in times if p != "issue"), key=lambda p: times[p], default=binding)
+    if binding == "issue" and times["issue"] > ISSUE_NAMED * times.get(named, 0.0):
+        named = "issue"  # far more than the busiest pipe's own instructions issue
     counts = ", ".join(f"{op.upper()} x{mix[op]:g}" for op in (*FLOPS_PER_OP, "imad")
-                       if mix.get(op))
-    return ComputeCeiling(
-        binding_name, flops / times[binding], label,
-        f"SASS: no tensor-core instruction; of {counts} in {mix.get('instructions', 0):g} "
-        f"instructions, {label} takes longest at the measured rates")
+                       if mix.get(op)) or "no arithmetic"
+    said = (f"SASS: no tensor-core instruction; {counts} in {mix.get('instructions', 0):g} "
+            f"instructions: {LABELS[named]} takes longest at the measured rates")
+    top = max(((ceilings.pipes_per_s.get(p) or 0, p) for p in ("fma", "hfma2")),
+              default=(0, "fma"))
+    bound = {"suspect_per_s": top[0] or None, "suspect_name": f"{top[1]} pipe"}
+    if moved:
+        per_byte = mix.get("instructions", 0) / moved
+        return ComputeCeiling(named, None, LABELS[named],
+                              f"{said}, {per_byte:.3g} instructions per byte moved",
+                              bytes_per_s=moved / times[binding], **bound)
+    return ComputeCeiling(named, flops / times[binding], LABELS[named],
+                          f"{said}; scaled by its FLOPs (the mix's bytes are not known)",
+                          **bound)

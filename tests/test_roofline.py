@@ -363,7 +363,7 @@ def test_the_next_step_names_the_number_to_beat_the_kernel_and_the_first_try():
         "pipelining (more stages, TMA), and an epilogue that overlaps the next tile")
     assert figures["compute_ceilings"] == [{
         "compute_ceiling": "bf16", "compute_label": "the bf16 peak", "compute_per_s": 800e12,
-        "ceiling_chosen_by": "the dtype (bf16), assumed: no SASS was given to choose by",
+        "compute_bytes_per_s": None, "ceiling_chosen_by": "the dtype (bf16), assumed: no SASS was given to choose by",
         "ceiling_assumed": True, "cases": ["case0", "case1"]}]
     at = [case_figures({"case": "c", "median_us": floor / 0.95}, "bf16", flops, moved,
                        CEILINGS, 90.0, None)]

@@ -176,8 +176,8 @@ def _compute_ceilings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         key = (row.get("compute_ceiling"), row.get("ceiling_chosen_by"))
         seen.setdefault(key, {k: row.get(k) for k in (
-            "compute_ceiling", "compute_label", "compute_per_s", "ceiling_chosen_by",
-            "ceiling_assumed")} | {"cases": []})["cases"].append(row["case"])
+            "compute_ceiling", "compute_label", "compute_per_s", "compute_bytes_per_s",
+            "ceiling_chosen_by", "ceiling_assumed")} | {"cases": []})["cases"].append(row["case"])
     return list(seen.values())
 
 
@@ -231,6 +231,7 @@ def _point_figures(point: Point) -> dict[str, Any]:
         "compute_ceiling": compute.name if compute else point.precision,
         "compute_label": compute.label if compute else f"the {point.precision} peak",
         "compute_per_s": compute.per_s if compute else None,
+        "compute_bytes_per_s": compute.bytes_per_s if compute else None,
         "ceiling_chosen_by": compute.chosen_by if compute else "the dtype",
         "ceiling_assumed": compute.assumed if compute else True,
         "roofline_us": point.roofline_us, "pct": point.pct,

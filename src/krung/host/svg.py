@@ -18,6 +18,7 @@ AXIS = "#555"
 LEGEND_ROWS = 14
 LABEL_CHARS = 42
 MAX_X_LABELS = 40
+UNFINISHED = ("running", "abandoned")  # history's verdicts for runs with no finish time
 
 
 @dataclass(frozen=True)
@@ -314,6 +315,9 @@ def timeline_svg(timeline: Timeline) -> str:
                 tip += f", {label} {value:.4g}"
                 parts.append(marker("circle", px(i), y(value), PALETTE[0] if point.ok
                                     else "#f5b7b1", dot, title=tip))
+            elif n == 0 and point.verdict in UNFINISHED:  # no verdict yet, or never one
+                parts.append(marker("circle", px(i), y_bottom - 8, "#fff", 4, stroke="#888",
+                                    title=tip))
             elif n == 0 and not point.ok:  # a failed run has no time: mark it on the floor
                 parts.append(marker("cross", px(i), y_bottom - 8, FAILED_COLOR, 5,
                                     stroke=FAILED_COLOR, title=tip))

@@ -91,7 +91,7 @@ extern "C" __global__ void krung_pipe_int(unsigned* out, int iters, int a_bits, 
 }
 
 extern "C" __global__ void krung_pipe_smem(unsigned* out, int iters, int a_bits, int b_bits) {
-    __shared__ __align__(16) unsigned buf[SMEM_WORDS];
+    __shared__ alignas(16) unsigned buf[SMEM_WORDS];
     for (int i = threadIdx.x; i < SMEM_WORDS; i += blockDim.x) buf[i] = (unsigned)i * (unsigned)a_bits + (unsigned)b_bits;
     __syncthreads();
     unsigned base;  // this thread's first 16 bytes, as a shared-window address

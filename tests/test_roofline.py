@@ -356,11 +356,9 @@ def test_the_next_step_names_the_number_to_beat_the_kernel_and_the_first_try():
     figures = summarise(rows, 90.0, "measured now", [])
     assert figures["next_step"] == (
         f"beat {floor:.4g} us (the roofline) on case case0 in matmul_kernel, now "
-        f"{2 * floor:.4g} us (50% of the bf16 peak); first try: climb the artifacts rung so "
-        "the SASS says which pipes bind; meanwhile fewer instructions per element: 16-byte "
-        "vector loads, less index arithmetic, FMA instead of a multiply and an add, no "
-        "division, or for a matmul, keep the tensor cores fed: larger tiles, deeper software "
-        "pipelining (more stages, TMA), and an epilogue that overlaps the next tile")
+        f"{2 * floor:.4g} us (50% of the bf16 peak); first try: climb the artifacts rung "
+        "too, so that the SASS says which pipes bind (the tensor cores, or the FMA, MUFU or "
+        "issue limits)")
     assert figures["compute_ceilings"] == [{
         "compute_ceiling": "bf16", "compute_label": "the bf16 peak", "compute_per_s": 800e12,
         "compute_bytes_per_s": None, "ceiling_chosen_by": "the dtype (bf16), assumed: no SASS was given to choose by",

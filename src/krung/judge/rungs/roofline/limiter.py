@@ -228,8 +228,8 @@ def _compute_try(f: Facts) -> str:
     if name in ("fma", "hfma2", "int", "issue") or f.point.bound == "memory":
         return _FEWER_INSTRUCTIONS  # the pipes bind where the bytes should have
     if compute is None or compute.assumed:
-        return ("climb the artifacts rung so the SASS says which pipes bind; meanwhile "
-                f"{_FEWER_INSTRUCTIONS}, or for a matmul, {_TENSOR_FED}")
+        return ("climb the artifacts rung too, so that the SASS says which pipes bind (the "
+                "tensor cores, or the FMA, MUFU or issue limits)")
     return _TENSOR_FED
 
 

@@ -56,3 +56,75 @@ def test_diff_of_two_stored_runs(store):
 
     same = krung.diff_runs(old.run_id, old.run_id, store=store)
     assert same["same_source"] is True and same["source_diff"] == ""
+
+
+MASKED = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = {mask}
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask),
+             mask=mask)
+'''
+
+
+def _sass_of(tmp_path, mask: str) -> tuple[str, str]:
+    """The SASS (cuobjdump's, as the artifacts rung keeps it) of the kernel with this mask,
+    compiled for sm_90a here, and its function's symbol."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from krung.judge.rungs.artifacts import sass, tools
+
+    module_path = tmp_path / f"k{abs(hash(mask))}.py"
+    module_path.write_text(MASKED.format(mask=mask))
+    spec = importlib.util.spec_from_file_location(module_path.stem, module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    compiled = triton.compile(
+        ASTSource(module.add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32",
+                                      "n": "i32", "BLOCK": "constexpr"}, {(4,): 256}),
+        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    cubin = tmp_path / f"{module_path.stem}.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])
+    tool = tools.find("cuobjdump")
+    if tool is None:
+        pytest.skip("no cuobjdump (Triton's package ships one)")
+    text = sass.clean(tools.run(tool, ["-sass", str(cubin)]).stdout)
+    return text, next(iter(sass.split_functions(text)))
+
+
+def test_the_sass_diff_keeps_guard_predicates(tmp_path, store):
+    """A tail mask dropped is a guard predicate gone from the loads and stores: the diff must
+    show `@P0 LDG...` against `LDG...`, not two identical lines."""
+    db = krung.Store(store)
+    runs = []
+    for mask in ("offs < n", "None"):
+        text, symbol = _sass_of(tmp_path, mask)
+        run = make_run(db, f"# mask = {mask}\n", 10.0, bench(10.0, 10.0), 0.0)
+        folder = db.artifacts_dir(run.run_id) / "artifacts" / "add_kernel"
+        folder.mkdir(parents=True)
+        (folder / "s.sass").write_text(text)
+        run.rungs.append(RungResult("artifacts", Status.OK, figures={"per_kernel": [
+            {"kernel": "add_kernel", "function": "add_kernel", "symbol": symbol,
+             "specialisation": "s", "files": {"sass": "artifacts/add_kernel/s.sass"}}]}))
+        db.add_rung(run.run_id, len(run.rungs) - 1, run.rungs[-1])
+        runs.append(run)
+    db.close()
+    diff = krung.diff_runs(runs[0].run_id, runs[1].run_id, kinds=("sass",), store=store)
+    (kernel,) = diff["kernels"]
+    changed = [line for line in kernel["sass_diff"].splitlines()
+               if line[:1] in "+-" and not line.startswith(("---", "+++"))]
+    guarded = [line for line in changed if line.startswith("-@")]
+    assert any("LDG" in line for line in guarded), kernel["sass_diff"]
+    assert any("STG" in line for line in guarded), kernel["sass_diff"]
+    # the same loads without their guard are on the other side
+    assert any(line.startswith("+LDG") for line in changed), kernel["sass_diff"]
+    assert not any(line.lstrip("+-").startswith("/*") for line in changed)  # no addresses

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from krung.judge.rungs.roofline.calibration import METHOD
 from krung.judge.rungs.roofline.model import SUSPECT_MARGIN
 from tests.browser import check_page, find_browser
 from tests.conftest import PROBLEMS, Result
@@ -23,6 +24,13 @@ pytestmark = pytest.mark.gpu
 # Measured on this H200 before (random data, cuBLAS, median device time).
 H200_COPY_BYTES_PER_S = 4.3e12
 H200_BF16_FLOPS_PER_S = 790e12
+# Sane bounds for the pipes on an H200 (132 SMs, 1980 MHz top clock; the datasheet's
+# figures, derived per SM and clock in krung.judge.device: FP32 66.9 TFLOP/s, FP16 non-tensor
+# 133.8, MUFU 4.18 Top/s, INT32 33.5 Top/s, shared memory 33.4 TB/s). A clock held below the
+# top under load measures lower; nothing may measure much above.
+H200_PIPES = {"fma": (50e12, 70e12), "hfma2": (90e12, 140e12), "mufu": (3.0e12, 4.4e12),
+              "int": (22e12, 35e12), "smem": (22e12, 35e12)}
+CALIBRATION_S = 120  # the whole `krung calibrate --force`, torch's start included
 BUILTIN_VERSIONS = [("vector_add", "triton_blocked.py", "memory"),
                     ("softmax", "triton_rowwise.py", "memory"),
                     ("rmsnorm", "triton_rowwise.py", "memory"),
@@ -44,12 +52,20 @@ def gpu_store(tmp_path_factory) -> Path:
 
 
 def test_calibrate_measures_the_ceilings_measured_before(gpu_store):
+    import time
+
+    began = time.monotonic()
     result = run_krung(gpu_store, "calibrate", "--force", "--json")
+    took = time.monotonic() - began
     assert result.code == 0, result.stderr
     data = result.json()
     record = data["record"]
     print(json.dumps({"key": data["key"], "ceilings": data["ceilings"],
-                      "method": record["method"], "clock": record["clock"]}, indent=1))
+                      "method": record["method"], "clock": record["clock"],
+                      "pipes_from": record.get("pipes_from"), "seconds": round(took, 1)},
+                     indent=1))
+    assert took < CALIBRATION_S, f"the calibration took {took:.0f} s"
+    assert data["key"]["method"] == METHOD
     assert data["cached"] is False
     flops = record["flops_per_s"]
     dram, l2 = record["dram_bytes_per_s"], record["l2_bytes_per_s"]
@@ -60,7 +76,15 @@ def test_calibrate_measures_the_ceilings_measured_before(gpu_store):
     for row in data["ceilings"]:  # nothing measures above its datasheet value
         if row["measured"] and row["datasheet"]:
             assert row["measured"] <= 1.1 * row["datasheet"], row
+    pipes = record["pipes_per_s"]
+    assert record["pipes_from"] == {name: "measured" for name in H200_PIPES}, \
+        record["pipes_from"]  # NVRTC through torch compiled and ran every pipe kernel
+    assert pipes["hfma2"] > pipes["fma"] > pipes["int"] > pipes["mufu"]
+    assert pipes["smem"] > l2 > dram
+    assert flops["bf16"] > pipes["hfma2"]  # the tensor cores beat the FP16 pipe
     if "H200" in data["key"]["device_name"]:
+        for name, (low, high) in H200_PIPES.items():
+            assert low <= pipes[name] <= high, (name, pipes[name])
         assert dram == pytest.approx(H200_COPY_BYTES_PER_S, rel=0.10)
         # cuBLAS bf16 on the H200: 793e12 at 4096^3, 665e12 at 8192^3 under the power cap
         # (2026-12-03; the datasheet says 989e12 dense). The ceiling is the faster.
@@ -97,11 +121,21 @@ def test_the_roofline_verdict_for_a_builtin_problem(gpu_store, problem, version,
     for row in rows:
         assert 0 < row["pct"] <= 100 * (1 + SUSPECT_MARGIN)
         assert row["bound"] == bound and row["limiter"]
-        assert row["median_us"] >= row["roofline_us"] / (1 + SUSPECT_MARGIN)
+        assert row["median_us_at_max_clock"] <= row["median_us"]
+        assert row["median_us_at_max_clock"] >= row["roofline_us"] / (1 + SUSPECT_MARGIN)
+        # the artifacts rung ran: the SASS chose the compute ceiling, not the dtype
+        assert row["ceiling_chosen_by"].startswith("SASS: ") and not row["ceiling_assumed"]
         if problem == "matmul":
             assert row["precision"] == "bf16" and row["ceiling"] == "bf16"
+            assert row["ceiling_chosen_by"].startswith("SASS: HGMMA")
         else:
             assert row["ceiling"] == "dram"
+            assert row["compute_ceiling"] in ("fma", "hfma2", "mufu", "int", "issue")
+        assert row["profiled"] is False
+        if row["verdict"] == "below":
+            assert "no profile (`--rungs +profile`" in row["limiter"]
+    assert figures["next_step"].startswith(("beat ", "every bench case is at the roofline"))
+    print("next_step:", figures["next_step"])
     agent = run_krung(gpu_store, "show", run["run_id"], "--format", "agent").stdout
     assert any(line.startswith("roofline: ") for line in agent.splitlines())
 
@@ -139,3 +173,24 @@ def test_first_use_calibrates_then_history_and_report(tmp_path):
         check = check_page(browser, tmp_path / "report.html", tmp_path / "profile")
         assert check.problems == []
         assert {c["id"] for c in check.charts} == {"roofline-chart", "timeline-chart"}
+
+
+def test_the_profiled_case_is_the_worst_and_only_its_limiter_reads_the_counters(gpu_store):
+    """With the profile: ncu runs on the case furthest from the roofline, and the roofline's
+    limiter for that case reads its counters; the other cases say they were not profiled."""
+    version = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
+    result = run_krung(gpu_store, "run", "softmax", version, "--rungs", "+profile", "--json")
+    run = result.json()
+    rungs = {r["name"]: r for r in run["rungs"]}
+    assert rungs["profile"]["status"] == "ok", rungs["profile"]
+    figures = rungs["roofline"]["figures"]
+    profiled = rungs["profile"]["figures"]["case"]
+    print(json.dumps({"profiled": profiled, "worst": figures["worst_case"],
+                      "limiters": {r["case"]: r["limiter"] for r in figures["per_case"]},
+                      "next_step": figures["next_step"]}, indent=1))
+    assert profiled == figures["worst_case"]
+    for row in figures["per_case"]:
+        if row["case"] == profiled:
+            assert row["profiled"] and "profile of this case (ncu" in row["limiter"]
+        else:
+            assert f"not profiled (the profile rung ran on case {profiled})" in row["limiter"]

@@ -150,3 +150,53 @@ def test_real_runs_link_to_the_previous_run_of_the_same_file(krung, scale_proble
     assert crossed.code == 2
     assert "is of problem scale, not elsewhere" in crossed.stderr
     assert "hint: name a run of elsewhere" in crossed.stderr
+
+
+def _unfinished(store: Store, solution: str, started_at: str) -> krung.Run:
+    """A run the store began and never finished: in flight, or killed."""
+    run = krung.Run(run_id="", problem="scale", problem_path="/p", solution=solution,
+                    source_sha256="ab" * 32, source="def kernel(x):\n    return x\n",
+                    started_at=started_at)
+    store.begin(run, ["static", "correctness"])
+    return run
+
+
+def test_a_run_in_flight_is_running_and_never_an_implicit_parent(krung, scale_problem, version,
+                                                                 store):
+    from datetime import datetime, timedelta, timezone
+
+    from krung.host.history_tree import unfinished_state
+
+    good = version("good", GOOD)
+    rungs = "static,compile,run,correctness"
+    first = krung("run", scale_problem, good, "--rungs", rungs, "--json").json()
+    db = Store(store)
+    now = datetime.now(timezone.utc)
+    in_flight = _unfinished(db, str(good), (now - timedelta(minutes=3)).isoformat())
+    killed = _unfinished(db, str(good), (now - timedelta(days=2)).isoformat())
+    # the parent lookup skips both: the newest finished run of the file is the first
+    assert db.previous_run("scale", str(good)) == first["run_id"]
+    db.close()
+    second = krung("run", scale_problem, good, "--rungs", rungs, "--json").json()
+    assert second["parent"] == first["run_id"]
+
+    history = {h["run_id"]: h for h in krung("history", "scale", "--json").json()}
+    assert history[in_flight.run_id]["verdict"] == "running"
+    assert history[killed.run_id]["verdict"] == "abandoned"
+    assert history[second["run_id"]]["verdict"] == "ok"
+    table = krung("history", "scale").stdout
+    line = next(t for t in table.splitlines() if t.startswith(in_flight.run_id))
+    assert "running" in line and "error" not in line
+    assert "abandoned" in next(t for t in table.splitlines() if t.startswith(killed.run_id))
+    # the rule itself: a finish time, or how long ago it started
+    assert unfinished_state(krung_run(finished_at="2026-12-01T10:00:00+00:00")) is None
+    started = krung_run(started_at="2026-12-01T10:00:00+00:00")
+    assert unfinished_state(started, now=datetime(2026, 12, 1, 20, tzinfo=timezone.utc)) == \
+        "running"
+    assert unfinished_state(started, now=datetime(2026, 12, 2, 10, 1, tzinfo=timezone.utc)) \
+        == "abandoned"
+
+
+def krung_run(**fields) -> krung.Run:
+    return krung.Run(run_id="r", problem="p", problem_path="/p", solution="/v.py",
+                     source_sha256="0" * 64, **fields)

@@ -100,7 +100,7 @@ def test_the_page_holds_every_version_and_links_only_within_itself(recorded, tmp
     chart = chart[:chart.index("</svg>")]
     assert chart.count("% of the roofline (") == 15
     assert chart.count("-bound, suspect)") == 1 and "suspect: faster than the ceilings allow" in chart
-    assert "DRAM 4.3 TB/s" in chart and "bf16 790 TFLOP/s" in chart
+    assert "DRAM 4.3 TB/s" in chart and "bf16 (dtype, assumed) 790 TFLOP/s" in chart
     # the timeline: six versions, the failed one marked, parent links drawn
     timeline = page[page.index('<svg id="timeline-chart"'):]
     assert timeline.count(">v2.py (") >= 1 and "failed at correctness" in timeline

@@ -134,7 +134,7 @@ def test_a_gpu_run_says_how_far_it_is_from_the_roofline_and_whether_to_stop(tmp_
         "TFLOP/s, 129.9 GB/s), below" in below
     assert below[-1].startswith("next: 42.84% of the roofline; the furthest case is "
                                 "M=4096,N=4096,K=4096,dtype=bfloat16: 41% of the bf16 peak, "
-                                "2.4x from the roofline; compute-bound: ")
+                                "2.4x from the roofline; compute-bound by its position")
     at = check_shape(agent_summary(runs["v5"]))
     assert at[-1] == ("next: every bench case is at the roofline: stop optimising this kernel, "
                       "or cut the work itself (fewer bytes or flops)")

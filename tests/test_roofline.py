@@ -17,13 +17,13 @@ from krung.judge.rungs.roofline import (
 )
 from krung.judge.rungs.roofline import model as roofline
 from krung.judge.rungs.roofline.calibration import METHOD, beside_datasheet, find, key_of
-from krung.judge.rungs.roofline.model import (
-    Ceilings,
+from krung.judge.rungs.roofline.limiter import (
+    Facts,
     ProfileSignals,
     likely_limiter,
-    place,
     profile_signals,
 )
+from krung.judge.rungs.roofline.model import Ceilings, place
 
 # Round ceilings, so every expected figure can be worked out by hand.
 CEILINGS = Ceilings(dram_bytes_per_s=4e12, flops_per_s={"bf16": 800e12, "fp32": 50e12,
@@ -91,7 +91,7 @@ def test_a_precision_without_a_peak_has_only_the_memory_ceiling():
     flops, moved = MATMUL_8K
     point = place(flops, moved, 2000.0, CEILINGS, "fp8")
     assert point.bound == "memory" and point.ridge is None
-    assert "no fp8 peak was measured" in likely_limiter(point)
+    assert "no fp8 peak was measured" in likely_limiter(Facts(point)).text
 
 
 def test_work_and_times_that_cannot_be_placed():
@@ -124,14 +124,17 @@ def test_problems_that_accept_tf32_run_against_its_peak():
 def _limiter(time_us: float, bench_row=None, profile=None, work=MATMUL_8K,
              precision="bf16") -> str:
     point = place(*work, time_us, CEILINGS, precision)
-    return likely_limiter(point, bench_row, profile)
+    return likely_limiter(Facts(point, bench_row or {}, profile or ProfileSignals(),
+                                "n=1" if profile else None, "n=1")).text
 
 
 def test_the_likely_limiter_from_the_position_alone():
     assert _limiter(2000.0).startswith("69% of the bf16 peak, 1.5x from the roofline; "
-                                       "compute-bound:")
+                                       "compute-bound by its position")
     memory = _limiter(1600.0, work=ADD_256M, precision="fp32")
-    assert memory.startswith("50% of DRAM bandwidth, 2x from the roofline; memory-bound:")
+    assert memory.startswith("50% of DRAM bandwidth, 2x from the roofline; memory-bound by "
+                             "its position")
+    assert "no profile (`--rungs +profile` adds" in memory
     at = _limiter(1400.0)
     assert at.startswith("at 98% of the bf16 peak: a faster version needs less work")
 
@@ -141,13 +144,15 @@ def test_the_likely_limiter_from_what_the_benchmark_saw():
            "kernels_per_call": 3.0}
     text = _limiter(3000.0, row)
     assert "launch-bound: 9e+03 us host-visible against 3e+03 us on the device" in text
-    assert "3 kernels per call" in text and "fuse them" in text
+    assert "3 kernels per call: intermediate results go through memory" in text
+    assert text.endswith("; first try: fewer launches per call, or capture the call in a "
+                         "CUDA graph")
     tiny = _limiter(4.0, work=(2**16, 12 * 2**16), precision="fp32")  # 0.2 us of work
     assert "little work" in tiny
     hot = _limiter(3000.0, {"clock_warning": "the GPU was throttling (hw_thermal) after the "
                                              "measurement"})
-    assert hot.endswith("; the GPU was throttling (hw_thermal) after the measurement: part of "
-                        "the gap may be the clock's")
+    assert ("; the GPU was throttling (hw_thermal) after the measurement: part of the gap "
+            "may be the clock's") in hot
     slow = _limiter(3000.0, {"sm_mhz_timed": 1707, "sm_max_mhz": 1980})
     assert "the samples ran at 1707 MHz, 14% under the top clock (1980 MHz)" in slow
     assert "under the top clock" not in _limiter(3000.0, {"sm_mhz_timed": 2003,
@@ -156,21 +161,23 @@ def test_the_likely_limiter_from_what_the_benchmark_saw():
                                                           "sm_max_mhz": 1980},
                                                  work=ADD_256M, precision="fp32")
     capped = _limiter(3000.0, {"power_capped": True})
-    assert capped.endswith("the GPU was at its power limit (sw_power_cap): sustained heavy math "
-                           "runs at a lower clock than the short-run peak, so part of the gap "
-                           "is power")
+    assert ("the GPU was at its power limit (sw_power_cap): sustained heavy math runs at a "
+            "lower clock than the short-run peak, so part of the gap is power") in capped
 
 
 def test_the_likely_limiter_from_a_profile_summary():
     latency = _limiter(1600.0, profile=ProfileSignals(memory_pct=31.0, compute_pct=22.0,
                                                       occupancy_pct=18.5),
                        work=ADD_256M, precision="fp32")
-    assert "profile: memory 31%, compute 22%, occupancy 18%: latency-bound" in latency
-    traffic = _limiter(1600.0, profile=ProfileSignals(memory_pct=92.0, compute_pct=10.0),
+    assert ("profile of this case (ncu): memory 31%, compute 22%, occupancy 18%; "
+            "latency-bound") in latency
+    traffic = _limiter(1600.0, profile=ProfileSignals(memory_pct=92.0, compute_pct=10.0,
+                                                      dram_bytes=2.5 * ADD_256M[1]),
                        work=ADD_256M, precision="fp32")
-    assert "the memory system is busy, yet DRAM moves less" in traffic
-    named = _limiter(2500.0, profile=ProfileSignals(compute_pct=70.0, limiter="tensor pipe"))
-    assert "profile: compute 70%, limiter tensor pipe" in named
+    assert "memory-bound with extra traffic: DRAM moved 2.50x the minimum bytes" in traffic
+    named = _limiter(2500.0, profile=ProfileSignals(memory_pct=20.0, compute_pct=70.0,
+                                                    limiter="tensor pipe"))
+    assert "profile of this case (ncu): memory 20%, compute 70%, limiter tensor pipe" in named
 
 
 def test_profile_signals_are_read_defensively():
@@ -180,7 +187,7 @@ def test_profile_signals_are_read_defensively():
     top = profile_signals({"dram_throughput_pct": 80, "sm_throughput_pct": 12.5,
                            "achieved_occupancy": 40.0, "bottleneck": "memory"})
     assert top == ProfileSignals(memory_pct=80.0, compute_pct=12.5, occupancy_pct=40.0,
-                                 limiter="memory")
+                                 limiter="memory", dram_pct=80.0)
     per_case = {"memory_pct": 10, "per_case": [
         {"case": "n=1", "memory_throughput_pct": 55.0},
         {"case": "n=2", "memory_throughput_pct": 66.0, "compute_throughput_pct": 7.0}]}
@@ -192,11 +199,14 @@ def test_profile_signals_are_read_defensively():
     assert profile_signals({"memory_pct": math.inf}).empty
     # The profile rung's own shape: one case, `per_kernel` rows timed in ns.
     rung = {"case": "n=2", "kernels": 2, "per_kernel": [
-        {"duration_ns": 900, "memory_pct": 91.0, "compute_pct": 8.0,
-         "achieved_occupancy_pct": 60.0},
-        {"duration_ns": 100, "memory_pct": 5.0, "compute_pct": 70.0}]}
-    assert profile_signals(rung, "n=2") == ProfileSignals(memory_pct=91.0, compute_pct=8.0,
-                                                          occupancy_pct=60.0)
+        {"kernel": "big", "duration_ns": 900, "memory_pct": 91.0, "compute_pct": 8.0,
+         "achieved_occupancy_pct": 60.0, "dram_read_bytes": 800, "dram_write_bytes": 400,
+         "launches": 2, "top_stalls": [{"reason": "long_scoreboard", "cycles_per_issue": 9.1}]},
+        {"kernel": "small", "duration_ns": 100, "memory_pct": 5.0, "compute_pct": 70.0,
+         "dram_read_bytes": 10, "dram_write_bytes": 0, "launches": 1}]}
+    assert profile_signals(rung, "n=2") == ProfileSignals(
+        memory_pct=91.0, compute_pct=8.0, occupancy_pct=60.0, dram_bytes=2 * 1200 + 10,
+        stalls=("long_scoreboard",), kernel="big")
     assert profile_signals(rung, "n=9").empty  # that case was not profiled
 
 
@@ -204,6 +214,7 @@ def test_the_rung_figures_from_case_rows():
     ceilings_rows = ceilings_table({"dram_bytes_per_s": 4e12, "l2_bytes_per_s": 10e12,
                                     "flops_per_s": {"bf16": 800e12}}, "NVIDIA H200")
     assert [r["ceiling"] for r in ceilings_rows] == ["dram", "l2", "bf16"]
+    assert all(r["from"] == "measured" and r["used"] == r["measured"] for r in ceilings_rows)
     assert ceilings_rows[0]["datasheet"] == 4.8e12 and ceilings_rows[1]["datasheet"] is None
     flops, moved = MATMUL_8K
     floor = flops / 800e12 * 1e6
@@ -308,3 +319,57 @@ def test_the_power_cap_alone_is_no_clock_warning():
     assert "below 70%" in clock_warning(None, _clock(900, [], power_capped=True))
     assert "before the measurement" in clock_warning(_clock(1980, ["sw_thermal"]),
                                                      _clock(1980, []))
+
+
+def test_the_time_at_the_top_clock_scales_only_the_compute_share():
+    flops, moved = MATMUL_8K
+    bench = {"case": "big", "median_us": 2000.0, "sm_mhz_timed": 1707, "sm_max_mhz": 1980}
+    row = case_figures(bench, "bf16", flops, moved, CEILINGS, 90.0, None)
+    compute_s, memory_s = flops / 800e12, moved / 4e12
+    share = compute_s / (compute_s + memory_s)  # 93%: most of it follows the clock
+    at_top = 2000.0 * (1 - share + share * 1707 / 1980)
+    assert row["median_us_at_max_clock"] == pytest.approx(at_top)
+    assert row["clock_scaling"] == (f"x{at_top / 2000:.3g}: the compute share of the roofline "
+                                    "time (93%) scaled by the clock, 1707 MHz timed of 1980 "
+                                    "MHz top")
+    assert row["bound"] == "compute" and row["median_us"] == 2000.0
+    assert row["pct"] == pytest.approx(100 * compute_s * 1e6 / at_top)  # placed at the top
+    # memory-bound: the small compute share scales little, and the time as timed is placed
+    add = case_figures({**bench, "median_us": 1600.0}, "fp32", *ADD_256M, CEILINGS, 90.0, None)
+    share = (2**28 / 50e12) / (2**28 / 50e12 + ADD_256M[1] / 4e12)
+    assert add["median_us_at_max_clock"] == pytest.approx(
+        1600.0 * (1 - share + share * 1707 / 1980))
+    assert add["pct"] == pytest.approx(100 * ADD_256M[1] / 4e12 * 1e6 / 1600.0)
+    # no clock figures, or the samples at the top clock: the time as timed
+    for extra in ({}, {"sm_mhz_timed": 1980, "sm_max_mhz": 1980}):
+        plain = case_figures({"case": "c", "median_us": 2000.0, **extra}, "bf16", flops, moved,
+                             CEILINGS, 90.0, None)
+        assert plain["median_us_at_max_clock"] == 2000.0 and "clock_scaling" not in plain
+
+
+def test_the_next_step_names_the_number_to_beat_the_kernel_and_the_first_try():
+    flops, moved = MATMUL_8K
+    floor = flops / 800e12 * 1e6
+    rows = [case_figures({"case": f"case{i}", "median_us": floor / f}, "bf16", flops, moved,
+                         CEILINGS, 90.0, None, kernel="matmul_kernel")
+            for i, f in enumerate((0.5, 0.95))]
+    figures = summarise(rows, 90.0, "measured now", [])
+    assert figures["next_step"] == (
+        f"beat {floor:.4g} us (the roofline) on case case0 in matmul_kernel, now "
+        f"{2 * floor:.4g} us (50% of the bf16 peak); first try: climb the artifacts rung "
+        "too, so that the SASS says which pipes bind (the tensor cores, or the FMA, MUFU or "
+        "issue limits)")
+    assert figures["compute_ceilings"] == [{
+        "compute_ceiling": "bf16", "compute_label": "the bf16 peak", "compute_per_s": 800e12,
+        "compute_bytes_per_s": None, "ceiling_chosen_by": "the dtype (bf16), assumed: no SASS was given to choose by",
+        "ceiling_assumed": True, "cases": ["case0", "case1"]}]
+    at = [case_figures({"case": "c", "median_us": floor / 0.95}, "bf16", flops, moved,
+                       CEILINGS, 90.0, None)]
+    assert summarise(at, 90.0, "x", [])["next_step"].startswith("every bench case is at the "
+                                                                "roofline: stop optimising")
+    fast = case_figures({"case": "fast", "median_us": floor / 2}, "bf16", flops, moved,
+                        CEILINGS, 90.0, None)
+    assert summarise([*rows, fast], 90.0, "x", [])["next_step"] == (
+        f"case fast took {floor / 2:.4g} us, under the {floor:.4g} us the roofline allows: "
+        "check that every call does all the work (no results kept across calls, no skipped "
+        "elements); if it does, correct the problem's flops()/bytes_moved()")

@@ -23,15 +23,23 @@ FAILED_COLOR = "#d62728"
 
 @dataclass(frozen=True)
 class Ceiling:
-    name: str  # dram, l2, fp32, bf16, ...
+    name: str  # dram, l2, smem, fp32, bf16, ..., or a pipe (fma, mufu, issue)
     per_s: float  # bytes/s for memory ceilings, flops/s for compute ones
-    memory: bool
+    memory: bool  # a bandwidth, drawn as a diagonal (a pipe's instruction stream is one too)
+    # What chose a compute ceiling ("SASS: HGMMA x4", "the dtype (bf16), assumed: ..."),
+    # empty for the measured memory ceilings.
+    chosen_by: str = ""
+    stream: bool = False  # the bytes/s a kernel's instruction stream can move (its pipes)
 
     @property
     def label(self) -> str:
+        if self.stream:
+            return f"{self.name} (SASS) {self.per_s / 1e12:.3g} TB/s"
         if self.memory:
             return f"{self.name.upper()} {self.per_s / 1e12:.3g} TB/s"
-        return f"{self.name} {self.per_s / 1e12:.4g} TFLOP/s"
+        assumed = " (dtype, assumed)" if "assumed" in self.chosen_by else \
+            (" (SASS)" if self.chosen_by.startswith("SASS") else "")
+        return f"{self.name}{assumed} {self.per_s / 1e12:.4g} TFLOP/s"
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class RooflinePoint:
     pct: float
     verdict: str
     bound: str
+    ceiling: str = ""  # the binding ceiling, for people ("DRAM bandwidth", "the FP32 FMA pipe")
 
 
 @dataclass
@@ -74,14 +83,8 @@ def roofline_chart(runs: list[Run]) -> RooflineChart | None:
     newest = placed[-1]
     placed = [r for r in placed if r.device == newest.device]
     figures = newest.rung("roofline").figures  # type: ignore[union-attr]
-    used = {row.get("precision") for r in placed for row in _roofline_rows(r)}
-    ceilings = []
-    for row in figures.get("ceilings") or []:
-        memory = row.get("unit") == "B/s"
-        if row.get("measured") and (memory or row.get("ceiling") in used):
-            ceilings.append(Ceiling(row["ceiling"], float(row["measured"]), memory))
     chart = RooflineChart(device=newest.device, ceilings_from=str(figures.get("ceilings_from")),
-                          ceilings=ceilings, versions=[], cases=[])
+                          ceilings=_ceilings(figures, placed), versions=[], cases=[])
     for run in placed:
         chart.versions.append((run.run_id, file_name(run.solution)))
         for row in _roofline_rows(run):
@@ -90,9 +93,35 @@ def roofline_chart(runs: list[Run]) -> RooflineChart | None:
             chart.points.append(RooflinePoint(
                 version=len(chart.versions) - 1, case=chart.cases.index(row["case"]),
                 intensity=float(row["intensity"]), tflops=float(row["tflops"]),
-                pct=float(row["pct"]), verdict=str(row["verdict"]), bound=str(row["bound"])))
+                pct=float(row["pct"]), verdict=str(row["verdict"]), bound=str(row["bound"]),
+                ceiling=str(row.get("ceiling_label") or row.get("ceiling") or "")))
     return chart
 
+
+def _ceilings(figures: dict[str, Any], placed: list[Run]) -> list[Ceiling]:
+    """The memory ceilings the newest run measured, and the compute ceilings its cases were
+    placed under (each with what chose it); for runs from before the compute ceiling was
+    chosen from the SASS, the measured peaks of the precisions their cases ran at."""
+    memory = [Ceiling(row["ceiling"], float(row.get("used") or row["measured"]), True)
+              for row in figures.get("ceilings") or []
+              if row.get("unit") == "B/s" and (row.get("used") or row.get("measured"))]
+    chosen = figures.get("compute_ceilings")
+    if chosen is None:
+        used = {row.get("precision") for r in placed for row in _roofline_rows(r)}
+        return memory + [Ceiling(row["ceiling"], float(row["measured"]), False)
+                         for row in figures.get("ceilings") or []
+                         if row.get("unit") == "FLOP/s" and row.get("measured")
+                         and row.get("ceiling") in used]
+    compute = []
+    for row in chosen:
+        why = str(row.get("ceiling_chosen_by") or "")
+        if row.get("compute_bytes_per_s"):
+            compute.append(Ceiling(str(row["compute_ceiling"]), float(row["compute_bytes_per_s"]),
+                                   True, why, stream=True))
+        elif row.get("compute_per_s"):
+            compute.append(Ceiling(str(row["compute_ceiling"]), float(row["compute_per_s"]),
+                                   False, why))
+    return memory + compute
 
 def without_flops(runs: list[Run]) -> bool:
     """Whether runs have roofline figures that no chart can show: their cases were placed

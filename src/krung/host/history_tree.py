@@ -1,14 +1,18 @@
 """A problem's history as a tree of versions: each run's parent, its change from the parent,
 and the best run by a stated rule.
 
-A run's parent is the run it builds on (`krung run --parent RUN_ID`, or else the previous run
-of the same version file), so an agent can walk back from any run to the first one.
+A run's parent is the run it builds on (`krung run --parent RUN_ID`, or else the previous
+finished run of the same version file), so an agent can walk back from any run to the first
+one. A run with no finish time is `running` (an evaluation in flight, or one killed before
+it could finish), and `abandoned` once it started more than ABANDONED_AFTER ago: neither is
+an error of the version.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,32 @@ from krung.protocol.errors import UsageError
 from krung.protocol.results import Run
 
 MAX_LINEAGE = 10_000  # a guard against a cycle in a hand-edited store
+# A run unfinished for longer than this is no longer in flight: its evaluation was killed.
+ABANDONED_AFTER = timedelta(days=1)
+
+
+def unfinished_state(run: Run, now: datetime | None = None) -> str | None:
+    """`running` or `abandoned` for a run the store has no finish time for, else None."""
+    if run.finished_at:
+        return None
+    try:
+        started = datetime.fromisoformat(run.started_at)
+    except (TypeError, ValueError):  # no start time to judge by: it may still be running
+        return "running"
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=timezone.utc)
+    return "abandoned" if (now or datetime.now(timezone.utc)) - started > ABANDONED_AFTER \
+        else "running"
+
+
+def summary_with_state(run: Run) -> dict[str, Any]:
+    """The history line's figures (store.summary_of), with an unfinished run's verdict
+    `running` or `abandoned` rather than `error`."""
+    summary = summary_of(run)
+    state = unfinished_state(run)
+    if state is not None:
+        summary["verdict"] = state
+    return summary
 
 
 @dataclass
@@ -71,8 +101,8 @@ def entries_for(runs: list[Run], lookup: Callable[[str], Run | None]) -> list[En
             current = parent_of(current)
         return depth
 
-    return [Entry(run, summary_of(run), parent_of(run), time_change(run, parent_of(run)),
-                  depth_of(run)) for run in runs]
+    return [Entry(run, summary_with_state(run), parent_of(run),
+                  time_change(run, parent_of(run)), depth_of(run)) for run in runs]
 
 
 def history(problem: str, *, limit: int = 50,

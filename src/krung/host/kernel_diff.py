@@ -3,7 +3,8 @@ memory, spills, occupancy, instruction mix) and the diff of its SASS or PTX.
 
 Kernels pair up by name and function; of several specialisations, the same name pairs first
 and the rest in order. SASS is compared without addresses and PTX without comments and
-`.loc` lines, so the diff shows what changed in the code, not where it moved.
+`.loc` lines, so the diff shows what changed in the code, not where it moved. SASS keeps its
+guard predicates (`@!P2 LDG.E ...`): a mask or a tail that changed shows there first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ MAX_ASM_DIFF_LINES = 300
 FIGURES = ("registers", "static_smem_bytes", "dynamic_smem_bytes", "stack_bytes",
            "spill_store_bytes", "spill_load_bytes", "threads_per_block", "occupancy",
            "blocks_per_sm", "warps_by_registers")
+# One SASS instruction: its address comment, then the instruction with its guard, to the `;`.
+_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?P<code>[^;]*?)\s*;", re.IGNORECASE)
 MIX = ("instructions", "tensor_core_total", "tma_total", "local_loads", "local_stores", "ffma",
        "mufu", "lds", "sts", "ldgsts", "ldsm", "bar", "syncs")
 
@@ -130,8 +133,19 @@ def _normalise(text: str, kind: str, symbol: str | None) -> list[str]:
     if kind == "sass":
         sections = sass.split_functions(text)
         chosen = sections.get(symbol or "", text) if sections else text
-        return sass.without_addresses(chosen)
+        return sass_lines(chosen)
     if kind == "ptx":
         lines = [re.sub(r"//.*", "", line).rstrip() for line in text.splitlines()]
         return [line for line in lines if line.strip() and not line.strip().startswith(".loc")]
     return text.splitlines()
+
+
+def sass_lines(text: str) -> list[str]:
+    """The instructions as lines without their addresses, each with its guard predicate
+    (`@!P2 LDG.E R4, desc[UR4][R2.64]`), spaces collapsed."""
+    found = []
+    for line in text.splitlines():
+        match = _SASS_LINE.match(line)
+        if match:
+            found.append(" ".join(match.group("code").split()))
+    return found

@@ -208,10 +208,11 @@ class Store:
         return [self._run(row) for row in rows]
 
     def previous_run(self, problem: str, solution: str) -> str | None:
-        """The id of the newest run of this version file on this problem: the parent a new
-        run of the file gets when none is named."""
+        """The id of the newest finished run of this version file on this problem: the
+        parent a new run of the file gets when none is named. A run still in flight (or
+        killed before it finished) has no finish time and is never chosen."""
         row = self._db.execute(
-            "SELECT run_id FROM runs WHERE problem=? AND solution=? "
+            "SELECT run_id FROM runs WHERE problem=? AND solution=? AND finished_at IS NOT NULL "
             "ORDER BY started_at DESC, rowid DESC LIMIT 1", (problem, solution)).fetchone()
         return row["run_id"] if row else None
 

@@ -18,6 +18,7 @@ AXIS = "#555"
 LEGEND_ROWS = 14
 LABEL_CHARS = 42
 MAX_X_LABELS = 40
+UNFINISHED = ("running", "abandoned")  # history's verdicts for runs with no finish time
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,12 @@ def _text(x: float, y: float, text: str, size: int = 11, anchor: str = "start",
 
 
 def _line(x1: float, y1: float, x2: float, y2: float, stroke: str, width: float = 1,
-          dash: str = "") -> str:
+          dash: str = "", title: str = "") -> str:
+    """A line; with a `title`, one that browsers explain on hover."""
     dashes = f' stroke-dasharray="{dash}"' if dash else ""
-    return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
-            f'stroke="{stroke}" stroke-width="{width}"{dashes}/>')
+    head = (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+            f'stroke="{stroke}" stroke-width="{width}"{dashes}')
+    return f"{head}><title>{escape(title)}</title></line>" if title else f"{head}/>"
 
 
 def marker(shape: str, x: float, y: float, fill: str, size: float = 5.5,
@@ -170,17 +173,21 @@ def roofline_svg(chart: RooflineChart) -> str:
     parts = _axes(x, y, "arithmetic intensity (FLOP / byte)", "TFLOP/s")
     roof = max((c.per_s for c in compute), default=None)
     for ceiling in memory:
-        parts += _memory_ceiling(ceiling, roof, x, y, dashed=ceiling is not dram)
+        parts += _memory_ceiling(ceiling, roof, x, y, dashed=ceiling is not dram,
+                                 color="#b0413e" if ceiling.stream else "#333")
     for ceiling in compute:
         start = ceiling.per_s / dram.per_s if dram else x_lo
         py = y(ceiling.per_s / 1e12)
-        parts.append(_line(x(max(start, x_lo)), py, right, py, "#333", 1.6))
+        parts.append(_line(x(max(start, x_lo)), py, right, py, "#333", 1.6,
+                           title=ceiling.chosen_by))
         parts.append(_text(x(max(start, x_lo)) + 6, py - 5, ceiling.label, 11))
     for point in chart.points:
         version = chart.versions[point.version]
+        against = f"; the ceiling: {point.ceiling}" if point.ceiling else ""
         tip = (f"{version[1]} ({version[0]}), {chart.cases[point.case]}: "
                f"{point.tflops:.4g} TFLOP/s at {point.intensity:.3g} FLOP/B, "
-               f"{point.pct:.0f}% of the roofline ({point.bound}-bound, {point.verdict})")
+               f"{point.pct:.0f}% of the roofline ({point.bound}-bound, {point.verdict})"
+               f"{against}")
         px, py = x(point.intensity), y(point.tflops)
         if point.verdict == "suspect":
             parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="10" fill="none" '
@@ -192,7 +199,7 @@ def roofline_svg(chart: RooflineChart) -> str:
 
 
 def _memory_ceiling(ceiling: Ceiling, roof: float | None, x: Scale, y: Scale,
-                    dashed: bool) -> list[str]:
+                    dashed: bool, color: str = "#333") -> list[str]:
     """The diagonal bandwidth * intensity, from the chart's floor up to the top compute
     ceiling (or the chart's edge)."""
     def at(intensity: float) -> float:
@@ -205,7 +212,8 @@ def _memory_ceiling(ceiling: Ceiling, roof: float | None, x: Scale, y: Scale,
     x1, y1, x2, y2 = x(x_start), y(at(x_start)), x(x_end), y(at(x_end))
     angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
     lx, ly = x1 + 0.25 * (x2 - x1), y1 + 0.25 * (y2 - y1) - 6
-    return [_line(x1, y1, x2, y2, "#333", 1.6, "6 4" if dashed else ""),
+    return [_line(x1, y1, x2, y2, color, 1.6, "6 4" if dashed else "",
+                  title=ceiling.chosen_by),
             _text(lx, ly, ceiling.label, 11, "start",
                   f'transform="rotate({angle:.1f} {lx:.1f} {ly:.1f})"')]
 
@@ -229,6 +237,16 @@ def _roofline_legend(chart: RooflineChart, left: float, top: float) -> list[str]
         parts.append(marker(chart.marker(i), left + 6, row - 4, "#bbb", 5))
         parts.append(_text(left + 18, row, _clip(case), 11))
         row += 16
+    chosen = [c for c in chart.ceilings if c.chosen_by]
+    if chosen:  # which compute ceiling, and what chose it (the whole text on hover)
+        row += 10
+        parts.append(_text(left, row, "compute ceilings", 12, extra='font-weight="bold"'))
+        row += 18
+        for ceiling in chosen:
+            parts.append(_text(left, row, _clip(f"{ceiling.name}: {ceiling.chosen_by}"), 11,
+                               extra=f'data-ceiling="{escape(ceiling.name)}"')
+                         .replace("</text>", f"<title>{escape(ceiling.chosen_by)}</title></text>"))
+            row += 16
     if any(p.verdict == "suspect" for p in chart.points):
         row += 6
         parts.append(f'<circle cx="{left + 6:.1f}" cy="{row - 4:.1f}" r="7" fill="none" '
@@ -297,6 +315,9 @@ def timeline_svg(timeline: Timeline) -> str:
                 tip += f", {label} {value:.4g}"
                 parts.append(marker("circle", px(i), y(value), PALETTE[0] if point.ok
                                     else "#f5b7b1", dot, title=tip))
+            elif n == 0 and point.verdict in UNFINISHED:  # no verdict yet, or never one
+                parts.append(marker("circle", px(i), y_bottom - 8, "#fff", 4, stroke="#888",
+                                    title=tip))
             elif n == 0 and not point.ok:  # a failed run has no time: mark it on the floor
                 parts.append(marker("cross", px(i), y_bottom - 8, FAILED_COLOR, 5,
                                     stroke=FAILED_COLOR, title=tip))

@@ -9,7 +9,7 @@ case, and warns when they show throttling.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # NVML's clock event ("throttle") reason bits that mean the clock was held down by something
@@ -91,6 +91,18 @@ def clock_warning(before: dict[str, Any] | None, after: dict[str, Any] | None) -
 # not match an L40S. They are leads, not measurements: `krung calibrate` measures the real
 # ceilings; these bound how fast any correct kernel could be, and are printed beside them.
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+# The pipes outside the tensor cores, per SM and clock, by architecture (the CUDA
+# programming guide's table of arithmetic instruction throughput; NVIDIA's Hopper, Ampere and
+# Ada whitepapers): FP32 FMA (FLOP: 2 per FFMA), packed FP16 HFMA2 (FLOP: 4 per HFMA2), MUFU
+# transcendentals (exp2, rsqrt, sin, ... : operations), INT32 IMAD (operations: 2 per IMAD)
+# and shared memory (bytes: 32 banks of 4 bytes). Hopper at 132 SMs and 1980 MHz: FP32 66.9
+# TFLOP/s, FP16 non-tensor 133.8, INT32 33.5 TOPS, MUFU 4.2 Top/s, shared memory 33.4 TB/s.
+PIPES = ("fma", "hfma2", "mufu", "int", "smem")
+PER_SM_PER_CLOCK: dict[str, dict[str, float]] = {
+    "hopper": {"fma": 256, "hfma2": 512, "mufu": 16, "int": 128, "smem": 128},
+    "ampere": {"fma": 128, "hfma2": 512, "mufu": 16, "int": 128, "smem": 128},  # A100 (8.0)
+    "ada": {"fma": 256, "hfma2": 256, "mufu": 16, "int": 128, "smem": 128},
+}
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,9 @@ class Datasheet:
     name: str
     dram_bytes_per_s: float
     flops_per_s: dict[str, float]  # by precision; a precision the GPU lacks is absent
+    # Per pipe (PIPES), derived from the SM count, the boost clock and the architecture's
+    # rate per SM and clock; empty for a GPU whose figures krung does not know.
+    pipes_per_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def top_flops_per_s(self) -> float:
@@ -105,28 +120,34 @@ class Datasheet:
 
 
 def _sheet(name: str, dram_tb: float, fp32: float, tf32: float, half: float,
-           fp8: float | None, int8: float) -> Datasheet:
-    """One GPU's figures, in TB/s and dense TFLOP/s (fp16 and bf16 run at the same rate)."""
+           fp8: float | None, int8: float, sms: int | None = None,
+           boost_mhz: float | None = None, arch: str | None = None) -> Datasheet:
+    """One GPU's figures, in TB/s and dense TFLOP/s (fp16 and bf16 run at the same rate);
+    its pipes from `sms` SMs at `boost_mhz` of the architecture `arch`."""
     flops = {"fp32": fp32, "tf32": tf32, "fp16": half, "bf16": half, "int8": int8}
     if fp8 is not None:
         flops["fp8"] = fp8
-    return Datasheet(name, dram_tb * 1e12, {k: v * 1e12 for k, v in flops.items()})
+    pipes = {}
+    if sms and boost_mhz and arch:
+        pipes = {pipe: rate * sms * boost_mhz * 1e6
+                 for pipe, rate in PER_SM_PER_CLOCK[arch].items()}
+    return Datasheet(name, dram_tb * 1e12, {k: v * 1e12 for k, v in flops.items()}, pipes)
 
 
 DATASHEET: dict[str, Datasheet] = {sheet.name: sheet for sheet in (
     _sheet("B200", 8.0, 75, 1125, 2250, 4500, 4500),
-    _sheet("H200", 4.8, 67, 495, 989, 1979, 1979),
-    _sheet("H200 NVL", 4.8, 60, 418, 835, 1671, 1671),
-    _sheet("H100", 3.35, 67, 495, 989, 1979, 1979),  # SXM
-    _sheet("H100 NVL", 3.9, 60, 418, 835, 1671, 1671),
-    _sheet("H100 PCIe", 2.0, 51, 378, 756, 1513, 1513),
-    _sheet("A100", 2.039, 19.5, 156, 312, None, 624),  # SXM4 80GB
-    _sheet("A100 80GB PCIe", 1.935, 19.5, 156, 312, None, 624),
-    _sheet("A100-SXM4-40GB", 1.555, 19.5, 156, 312, None, 624),
-    _sheet("A100-PCIE-40GB", 1.555, 19.5, 156, 312, None, 624),
-    _sheet("L40S", 0.864, 91.6, 183, 362, 733, 733),
-    _sheet("L40", 0.864, 90.5, 90.5, 181, 362, 362),
-    _sheet("L4", 0.3, 30.3, 60, 121, 242, 242),
+    _sheet("H200", 4.8, 67, 495, 989, 1979, 1979, 132, 1980, "hopper"),
+    _sheet("H200 NVL", 4.8, 60, 418, 835, 1671, 1671, 132, 1785, "hopper"),
+    _sheet("H100", 3.35, 67, 495, 989, 1979, 1979, 132, 1980, "hopper"),  # SXM
+    _sheet("H100 NVL", 3.9, 60, 418, 835, 1671, 1671, 132, 1785, "hopper"),
+    _sheet("H100 PCIe", 2.0, 51, 378, 756, 1513, 1513, 114, 1755, "hopper"),
+    _sheet("A100", 2.039, 19.5, 156, 312, None, 624, 108, 1410, "ampere"),  # SXM4 80GB
+    _sheet("A100 80GB PCIe", 1.935, 19.5, 156, 312, None, 624, 108, 1410, "ampere"),
+    _sheet("A100-SXM4-40GB", 1.555, 19.5, 156, 312, None, 624, 108, 1410, "ampere"),
+    _sheet("A100-PCIE-40GB", 1.555, 19.5, 156, 312, None, 624, 108, 1410, "ampere"),
+    _sheet("L40S", 0.864, 91.6, 183, 362, 733, 733, 142, 2520, "ada"),
+    _sheet("L40", 0.864, 90.5, 90.5, 181, 362, 362, 142, 2490, "ada"),
+    _sheet("L4", 0.3, 30.3, 60, 121, 242, 242, 58, 2040, "ada"),
 )}
 
 

@@ -2,11 +2,21 @@
 
 Per bench case: the problem's flops(case) and bytes_moved(case), the benchmark rung's
 median time, and the device's measured ceilings give the achieved TFLOP/s and GB/s, the
-arithmetic intensity, the ceiling that binds (DRAM bandwidth, or the math peak of the case's
-precision), the % of it reached, and a verdict: at the roofline (>= the threshold,
-KRUNG_ROOFLINE_THRESHOLD, 90% by default) or how far below it, with the likely limiter (the
-benchmark's launch and kernel counts, and the profile rung's summary when it ran). A case
+arithmetic intensity, the ceiling that binds (DRAM bandwidth, or the compute ceiling the
+version's kernels can reach: the tensor-core peak of the case's precision when their SASS
+has tensor-core instructions, else the pipe their mix keeps busiest, krung.judge.rungs.
+roofline.pipes; the dtype's peak, marked as assumed, where the artifacts rung gave no SASS),
+the % of it reached, and a verdict: at the roofline (>= the threshold,
+KRUNG_ROOFLINE_THRESHOLD, 90% by default) or how far below it, with the likely limiter
+(krung.judge.rungs.roofline.limiter: rules over the benchmark's launch and kernel counts,
+the position, and Nsight Compute's counters for the case the profile rung profiled). A case
 faster than the ceilings allow fails the rung as suspect.
+
+Compute-bound time follows the SM clock, and the ceilings were measured near the top clock:
+each case's time at the top clock (`median_us_at_max_clock`) scales the compute share of its
+roofline time (compute / (compute + memory)) by the clock its samples ran at over NVML's
+top clock, and a compute-bound case is placed with it. `next_step` names the number to beat
+on the worst case and the first thing to try (krung.judge.rungs.roofline.next_step).
 
 The ceilings come from the store; the first evaluation on a device (driver, library
 versions) measures them here, with the code of `krung calibrate`, and sends them to the
@@ -20,9 +30,11 @@ from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.problem import case_label
+from krung.judge.rungs.roofline import limiter, pipes
 from krung.judge.rungs.roofline import model as roofline
 from krung.judge.rungs.roofline.calibration import beside_datasheet, find, key_of
-from krung.judge.rungs.roofline.model import Ceilings, Point
+from krung.judge.rungs.roofline.model import Ceilings, ComputeCeiling, Point, dtype_ceiling
+from krung.judge.rungs.roofline.next_step import next_step
 from krung.protocol.errors import RungFailed
 
 NEEDS = ("benchmark",)
@@ -64,15 +76,19 @@ def case_rows(ctx: Context, bench_figures: dict[str, Any], ceilings: Ceilings,
     (the roofline rung's rows; the profile rung picks the case furthest from the roofline)."""
     tf32 = _allows_tf32(ctx.problem.tolerance)
     cases = {case_label(c): c for c in ctx.problem.bench_cases_for(ctx.device)}
+    mix, no_mix_why, kernels = _kernels_of(ctx.results.get("artifacts"))
+    no_profile_why = _no_profile_why(ctx.results.get("profile"))
     rows = []
     for bench_row in bench_figures.get("per_case") or []:
         case = cases.get(bench_row.get("case"))
         if case is None or not bench_row.get("median_us"):
             continue
         precision = roofline.precision_of(str(case.get("dtype", "float32")), tf32)
+        compute = pipes.compute_ceiling(mix, precision, ceilings, no_mix_why)
         rows.append(case_figures(bench_row, precision, float(ctx.problem.flops(dict(case))),
                                  float(ctx.problem.bytes_moved(dict(case))), ceilings,
-                                 threshold, profile_figures))
+                                 threshold, profile_figures, compute=compute, kernel=kernels,
+                                 no_profile_why=no_profile_why))
     return rows
 
 
@@ -83,20 +99,49 @@ def kept_ceilings(ctx: Context) -> Ceilings | None:
 
 
 def case_figures(bench_row: dict[str, Any], precision: str, flops: float, moved: float,
-                 ceilings: Ceilings, threshold: float, profile_figures: Any) -> dict[str, Any]:
-    """One bench case's row: its work, its place under the roofline, its likely limiter."""
+                 ceilings: Ceilings, threshold: float, profile_figures: Any, *,
+                 compute: ComputeCeiling | None = None, kernel: str | None = None,
+                 no_profile_why: str | None = None) -> dict[str, Any]:
+    """One bench case's row: its work, its place under the roofline (against `compute`, by
+    default the dtype's peak), its time at the top clock, and its likely limiter."""
     label = bench_row["case"]
     row: dict[str, Any] = {"case": label, "precision": precision, "flops": flops,
                            "bytes_moved": moved, "median_us": bench_row["median_us"]}
+    if compute is None:
+        compute = dtype_ceiling(precision, ceilings, "no SASS was given to choose by")
     try:
         point = roofline.place(flops, moved, bench_row["median_us"], ceilings, precision,
-                               threshold)
+                               threshold, compute)
     except ValueError as exc:
         return {**row, "verdict": None, "limiter": f"not placed: {exc}"}
-    signals = roofline.profile_signals(profile_figures, label)
-    return {**row, **_point_figures(point),
-            "limiter": roofline.likely_limiter(point, bench_row, signals),
-            **({"why": point.why_suspect} if point.why_suspect else {})}
+    at_top, how = at_max_clock(bench_row, point)
+    if how and point.bound == "compute":  # the ceilings were measured near the top clock
+        point = roofline.place(flops, moved, at_top, ceilings, precision, threshold, compute)
+    signals = limiter.profile_signals(profile_figures, label)
+    profiled = profile_figures.get("case") if isinstance(profile_figures, dict) else None
+    found = limiter.likely_limiter(limiter.Facts(
+        point, bench_row, signals, profiled, label,
+        **({"no_profile_why": no_profile_why} if no_profile_why else {})))
+    return {**row, **_point_figures(point), "median_us_at_max_clock": at_top,
+            **({"clock_scaling": how} if how else {}),
+            "kernel": signals.kernel or kernel, "profiled": signals.has_throughputs,
+            **found.to_json(), **({"why": point.why_suspect} if point.why_suspect else {})}
+
+
+def at_max_clock(bench_row: dict[str, Any], point: Point) -> tuple[float, str | None]:
+    """The case's time at the GPU's top SM clock, and how it was scaled (None: as timed).
+    Only the compute share of the roofline's time follows the clock (DRAM's bandwidth does
+    not): time x (1 - share + share x timed / top)."""
+    median = float(bench_row["median_us"])
+    timed, top = bench_row.get("sm_mhz_timed"), bench_row.get("sm_max_mhz")
+    share = point.compute_share
+    if not isinstance(timed, (int, float)) or not isinstance(top, (int, float)) or \
+            not 0 < timed < top or share <= 0:
+        return median, None
+    factor = 1 - share + share * timed / top
+    return median * factor, (f"x{factor:.3g}: the compute share of the roofline time "
+                             f"({share:.0%}) scaled by the clock, {timed:.0f} MHz timed of "
+                             f"{top:.0f} MHz top")
 
 
 def summarise(rows: list[dict[str, Any]], threshold: float, source: str,
@@ -108,7 +153,7 @@ def summarise(rows: list[dict[str, Any]], threshold: float, source: str,
     worst = min(placed, key=lambda r: r["pct"])
     suspect = [r for r in placed if r["verdict"] == "suspect"]
     at = [r for r in placed if r["verdict"] == "at-roofline"]
-    return {
+    figures = {
         "verdict": "suspect" if suspect else ("at-roofline" if len(at) == len(placed)
                                               else "below"),
         "pct_of_roofline": roofline.geomean([r["pct"] for r in placed]),
@@ -116,10 +161,24 @@ def summarise(rows: list[dict[str, Any]], threshold: float, source: str,
         "threshold_pct": threshold,
         "worst_case": worst["case"],
         "limiter": (suspect[0] if suspect else worst)["limiter"],
+        "compute_ceilings": _compute_ceilings(placed),
         "ceilings_from": source,
         "ceilings": table,
         "per_case": rows,
     }
+    figures["next_step"] = next_step(figures)
+    return figures
+
+
+def _compute_ceilings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compute ceilings the cases were placed under, each once, with what chose it."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        key = (row.get("compute_ceiling"), row.get("ceiling_chosen_by"))
+        seen.setdefault(key, {k: row.get(k) for k in (
+            "compute_ceiling", "compute_label", "compute_per_s", "compute_bytes_per_s",
+            "ceiling_chosen_by", "ceiling_assumed")} | {"cases": []})["cases"].append(row["case"])
+    return list(seen.values())
 
 
 def _ceilings(ctx: Context) -> tuple[Ceilings, str, list[dict[str, Any]]]:
@@ -157,18 +216,56 @@ def adopt(entry: dict[str, Any], save: Callable[[dict[str, Any]], None]) -> str:
 
 
 def ceilings_table(record: dict[str, Any], device_name: str) -> list[dict[str, Any]]:
-    """The measured ceilings as figures (with the datasheet's beside them), for reports."""
-    return [{k: row[k] for k in ("ceiling", "unit", "measured", "datasheet")}
-            for row in beside_datasheet(record, device_name) if row["measured"]]
+    """The ceilings the roofline uses as figures (measured, or the datasheet's where a pipe
+    could not be measured: `from` says which), for reports."""
+    return [{k: row[k] for k in ("ceiling", "unit", "measured", "datasheet", "used", "from")}
+            for row in beside_datasheet(record, device_name) if row["used"]]
 
 
 def _point_figures(point: Point) -> dict[str, Any]:
+    compute = point.compute
     return {
         "tflops": point.achieved_flops_per_s / 1e12, "gbps": point.achieved_bytes_per_s / 1e9,
         "intensity": point.intensity, "ridge": point.ridge, "bound": point.bound,
-        "ceiling": point.ceiling, "roofline_us": point.roofline_us, "pct": point.pct,
+        "ceiling": point.ceiling, "ceiling_label": point.ceiling_label,
+        "compute_ceiling": compute.name if compute else point.precision,
+        "compute_label": compute.label if compute else f"the {point.precision} peak",
+        "compute_per_s": compute.per_s if compute else None,
+        "compute_bytes_per_s": compute.bytes_per_s if compute else None,
+        "ceiling_chosen_by": compute.chosen_by if compute else "the dtype",
+        "ceiling_assumed": compute.assumed if compute else True,
+        "roofline_us": point.roofline_us, "pct": point.pct,
         "headroom": point.headroom, "verdict": point.verdict,
     }
+
+
+def _kernels_of(artifacts: Any) -> tuple[dict[str, Any] | None, str, str | None]:
+    """The version's instruction mix from the artifacts rung, why there is none when there
+    is not, and its kernels' names for people."""
+    if artifacts is None:
+        return None, "the artifacts rung did not run, so no SASS says which pipes the " \
+                     "kernels use", None
+    figures = artifacts.figures if isinstance(artifacts.figures, dict) else {}
+    names = list(dict.fromkeys(str(r.get("function") or r.get("kernel"))
+                               for r in figures.get("per_kernel") or []
+                               if isinstance(r, dict) and not r.get("error")))
+    kernel = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") \
+        if names else None
+    mix = pipes.version_mix(figures)
+    if mix is not None:
+        return mix, "", kernel
+    if artifacts.status.value == "skipped":
+        return None, f"the artifacts rung was skipped ({artifacts.reason})", kernel
+    return None, "the artifacts rung found no SASS for the kernels", kernel
+
+
+def _no_profile_why(profile: Any) -> str | None:
+    """Why no case has the profile's counters, when the profile rung was asked for."""
+    if profile is None or profile.ok:
+        return None
+    if profile.status.value == "skipped":
+        return f"the profile rung was skipped ({profile.reason})"
+    return f"the profile rung failed ({profile.error_type})"
 
 
 def _allows_tf32(tolerance: Any) -> bool:

@@ -17,20 +17,26 @@ from krung.judge.device import datasheet_for
 from krung.judge.rungs.roofline.model import Ceilings
 
 # Bump when the measurement changes: calibrations taken the old way are then measured again.
-METHOD = 2  # 2: matmul peaks are the faster of two sizes
+METHOD = 3  # 2: matmul peaks are the faster of two sizes; 3: the pipes and shared memory
 # What a calibration is kept under in the store (with its measurement method).
 CALIBRATION_KEY = ("device_name", "driver", "torch", "cuda", "method")
 
-# The ceilings, in the order they are printed: (name, what was measured, kind).
+# The ceilings, in the order they are printed: (name, what was measured, unit).
 CEILINGS = (
-    ("dram", "DRAM copy bandwidth (bytes read + written)", "bytes"),
-    ("l2", "L2 copy bandwidth (bytes read + written)", "bytes"),
-    ("fp32", "fp32 matmul, cuBLAS, TF32 off", "flops"),
-    ("tf32", "tf32 matmul, cuBLAS", "flops"),
-    ("fp16", "fp16 matmul, cuBLAS", "flops"),
-    ("bf16", "bf16 matmul, cuBLAS", "flops"),
-    ("fp8", "fp8 e4m3 matmul, torch._scaled_mm", "flops"),
+    ("dram", "DRAM copy bandwidth (bytes read + written)", "B/s"),
+    ("l2", "L2 bandwidth (a read kernel, or copies within the L2)", "B/s"),
+    ("smem", "shared memory read bandwidth, LDS.128", "B/s"),
+    ("fp32", "fp32 matmul, cuBLAS, TF32 off", "FLOP/s"),
+    ("tf32", "tf32 matmul, cuBLAS", "FLOP/s"),
+    ("fp16", "fp16 matmul, cuBLAS", "FLOP/s"),
+    ("bf16", "bf16 matmul, cuBLAS", "FLOP/s"),
+    ("fp8", "fp8 e4m3 matmul, torch._scaled_mm", "FLOP/s"),
+    ("fma", "FP32 FMA pipe (FFMA, no tensor cores)", "FLOP/s"),
+    ("hfma2", "FP16 pipe outside the tensor cores (HFMA2)", "FLOP/s"),
+    ("mufu", "special function unit (MUFU.EX2: exp2, rsqrt, sin, ...)", "op/s"),
+    ("int", "INT32 pipe (IMAD, 2 operations each)", "op/s"),
 )
+PIPE_NAMES = ("smem", "fma", "hfma2", "mufu", "int")
 
 
 def key_of(env: dict[str, Any]) -> dict[str, Any]:
@@ -76,25 +82,38 @@ class Calibration:
 
 
 def beside_datasheet(record: dict[str, Any], device_name: str) -> list[dict[str, Any]]:
+    """Per ceiling: what was measured, the datasheet's figure, their ratio, and the figure
+    the roofline uses (`used`): the measured one, or the datasheet's where a pipe could not
+    be measured (`from` says which, `note` why)."""
     sheet = datasheet_for(device_name)
     flops = record.get("flops_per_s") or {}
+    pipes = record.get("pipes_per_s") or {}
+    pipes_from = record.get("pipes_from") or {}
     unsupported = record.get("unsupported") or {}
     rows = []
-    for name, what, kind in CEILINGS:
+    for name, what, unit in CEILINGS:
+        listed = None
         if name == "dram":
-            measured = record.get("dram_bytes_per_s")
+            used = record.get("dram_bytes_per_s")
             listed = sheet.dram_bytes_per_s if sheet else None
         elif name == "l2":
-            measured, listed = record.get("l2_bytes_per_s"), None  # datasheets leave it out
+            used = record.get("l2_bytes_per_s")  # datasheets leave it out
+        elif name in PIPE_NAMES:
+            used = pipes.get(name)
+            listed = sheet.pipes_per_s.get(name) if sheet else None
         else:
-            measured = flops.get(name)
+            used = flops.get(name)
             listed = sheet.flops_per_s.get(name) if sheet else None
+        source = pipes_from.get(name, "measured") if used else None
+        measured = used if source == "measured" else None
         row: dict[str, Any] = {
-            "ceiling": name, "what": what, "unit": "B/s" if kind == "bytes" else "FLOP/s",
-            "measured": measured, "datasheet": listed,
+            "ceiling": name, "what": what, "unit": unit, "measured": measured,
+            "datasheet": listed, "used": used, "from": source,
             "pct_of_datasheet": 100 * measured / listed if measured and listed else None,
         }
         if name in unsupported:
             row["note"] = unsupported[name]
+        elif source and source != "measured":
+            row["note"] = source
         rows.append(row)
     return rows

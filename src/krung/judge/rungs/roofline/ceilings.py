@@ -12,6 +12,9 @@ a version and its ceiling are measured alike:
 - math: dense 8192^3 matrix products through cuBLAS (torch.mm) on random normal inputs, for
   fp32 (TF32 off), tf32, fp16 and bf16, and fp8 e4m3 through torch._scaled_mm with fast
   accumulation where the GPU has fp8 tensor cores (compute capability 8.9 and newer).
+- the pipes outside the tensor cores (FP32 FMA, FP16 HFMA2, MUFU, INT32 IMAD) and shared
+  memory: one small CUDA kernel each (krung.judge.rungs.roofline.pipe_kernels). A pipe that
+  cannot be measured here gets the datasheet's figure, marked as such (`pipes_from`).
 
 `python -m krung.judge.rungs.roofline.ceilings` reads `{"cache": [...], "force": bool}` on stdin and
 prints, as its last line, the calibration for this device: a kept one with the same key, or
@@ -27,6 +30,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from krung.judge.rungs.roofline import pipe_kernels
 from krung.protocol.results import dumps
 from krung.worker.timing import TimingPlan, measure, summarise
 
@@ -69,6 +73,8 @@ def measure_ceilings() -> dict[str, Any]:
             record["flops_per_s"][precision] = _matmul_rate(precision, modes)
         except _Unsupported as exc:
             record["unsupported"][precision] = str(exc)
+    record["pipes_per_s"], record["pipes_from"] = _pipe_rates(
+        props.name, props.multi_processor_count, record["unsupported"], modes)
     after = clock_state()
     record["method"] = {
         "timer": ",".join(sorted(modes)), "statistic": "median device time per call, L2 "
@@ -77,6 +83,7 @@ def measure_ceilings() -> dict[str, Any]:
         "matmul": f"the faster of {' and '.join(f'{n}^3' for n in MATMUL_SIZES)} torch.mm "
         "(cuBLAS), random normal inputs; fp8: torch._scaled_mm e4m3 x e4m3 -> bf16, fast "
         "accumulation",
+        "pipes": {name: pipe_kernels.WHAT[name] for name in record["pipes_per_s"]},
     }
     record["clock"] = {"before": before, "after": after,
                        "warning": clock_warning(before, after)}
@@ -84,6 +91,26 @@ def measure_ceilings() -> dict[str, Any]:
                         "sms": props.multi_processor_count}
     torch.cuda.empty_cache()  # give back the buffers: the judge goes on with its own work
     return record
+
+
+def _pipe_rates(device_name: str, sms: int, unsupported: dict[str, str],
+                modes: set[str]) -> tuple[dict[str, float], dict[str, str]]:
+    """Each pipe's rate, measured, or the datasheet's where it could not be; and where each
+    came from ("measured", or "datasheet: why")."""
+    from krung.judge.device import datasheet_for
+
+    failed: dict[str, str] = {}
+    rates = pipe_kernels.measure_pipes(sms, lambda call: _time_us(call, modes), failed)
+    sources = {name: "measured" for name in rates}
+    sheet = datasheet_for(device_name)
+    for name, why in failed.items():
+        listed = sheet.pipes_per_s.get(name) if sheet else None
+        if listed:
+            rates[name] = listed
+            sources[name] = f"datasheet ({why})"
+        else:
+            unsupported[name] = f"{why}; krung has no datasheet figure for this GPU"
+    return rates, sources
 
 
 class _Unsupported(Exception):

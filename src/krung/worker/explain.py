@@ -14,8 +14,6 @@ from typing import Any
 
 # (text found in the error, hint). First match wins; keep the most specific first.
 HINTS: list[tuple[str, str]] = [
-    ("only 0-dimensional arrays can be converted to Python scalars",
-     "Triton's interpreter breaks on numpy 2.4 and newer: pip install 'numpy<2.4'"),
     ("arange's range must be a power of 2",
      "tl.arange needs a power-of-two length: round the block up with "
      "triton.next_power_of_2(n) and mask the tail"),

@@ -333,3 +333,58 @@ def test_rungs_help_names_the_default_ladder_and_the_rungs_only_on_request(krung
     import krung as api
 
     assert f"default: {','.join(api.DEFAULT_LADDER)}; also: trace" in text.replace("│ ", "")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bogus"], "No such command 'bogus'"),
+    (["run"], "Missing argument"),
+    (["run", "--bogus"], "No such option: --bogus"),
+    (["run", "softmax", "v.py", "--rungs"], "requires an argument"),
+    (["history", "softmax", "--limit", "many"], "Invalid value for '--limit'"),
+])
+def test_command_line_errors_are_one_message_and_exit_2(krung, args, message):
+    """Whichever click parses (typer 0.29 vendors its own), never a traceback: the usage
+    line, `UsageError: message` and where help is."""
+    result = krung(*args)
+    assert result.code == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) <= 3, result.stderr
+    assert lines[-2].startswith("UsageError: ") and message in lines[-2]
+    assert lines[-1].startswith("hint: `krung") and "--help`" in lines[-1]
+    assert result.stdout == ""
+
+
+def test_version_and_help(krung):
+    import krung as api
+
+    result = krung("--version")
+    assert (result.code, result.stdout) == (0, f"krung {api.__version__}\n")
+    assert krung("run", "--help").code == 0
+
+
+def test_json_is_one_object_whatever_fails(krung, scale_problem, version, tmp_path):
+    """--json prints exactly one JSON object on stdout, errors included: a parser error, a
+    problem that does not load, a conflict found after parsing, a run id that does not
+    exist, and a failure of krung itself (a store that is not a database)."""
+    good = version("good", GOOD)
+    write(tmp_path / "broken" / "problem.py", "def reference(x):\n    return x\n")
+    not_a_database = tmp_path / "random.db"
+    not_a_database.write_bytes(bytes(range(256)) * 64)
+    cases = [
+        (["run", "--json"], 2, "UsageError"),
+        (["run", "--format", "json", "--bogus"], 2, "UsageError"),
+        (["run", tmp_path / "broken", good, "--json"], 2, "ProblemError"),
+        (["run", scale_problem, good, "--json", "--format", "agent"], 2, "UsageError"),
+        (["show", "zzzz", "--format=json"], 2, "UsageError"),
+        (["best", "scale", "--json"], 1, "NoPassingRun"),
+        (["history", "scale", "--json", "--store", not_a_database], 3, "InternalError"),
+    ]
+    for args, code, error_type in cases:
+        result = krung(*args)
+        assert result.code == code, (args, result.stdout, result.stderr)
+        found = result.json()  # the whole of stdout is one JSON document
+        assert isinstance(found, dict), args
+        assert found["ok"] is False and found["exit_code"] == code
+        assert found["error_type"] == error_type, (args, found)
+        assert found["error"].startswith(f"{error_type}: ") and found["hint"]

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -388,3 +394,53 @@ def test_json_is_one_object_whatever_fails(krung, scale_problem, version, tmp_pa
         assert found["ok"] is False and found["exit_code"] == code
         assert found["error_type"] == error_type, (args, found)
         assert found["error"].startswith(f"{error_type}: ") and found["hint"]
+
+
+# Right on every call until the benchmark's repetitions, then it never returns.
+HANGS_IN_BENCHMARK = """
+import time
+calls = 0
+def kernel(x):
+    global calls
+    calls += 1
+    if calls > 40:
+        time.sleep(3600)
+    return x * 2 + 1
+"""
+
+
+@pytest.mark.parametrize("output, stop", [("text", signal.SIGINT), ("agent", signal.SIGTERM)])
+def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
+        scale_problem, version, store, tmp_path, output, stop):
+    """Each rung's line is on stdout as the rung finishes (through a pipe, as an agent reads
+    it), so Ctrl-C or a timeout's SIGTERM during the benchmark loses none of them."""
+    environ = dict(os.environ, KRUNG_STORE=str(store), KRUNG_DEVICE="cpu",
+                   KRUNG_CALL_TIMEOUT="600")
+    command = [sys.executable, "-m", "krung", "run", str(scale_problem),
+               str(version("hangs", HANGS_IN_BENCHMARK)), "--format", output]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, env=environ, cwd=tmp_path, start_new_session=True)
+    def kill_group() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the judge and worker it started too
+
+    watchdog = threading.Timer(300, kill_group)  # lines that never come end the test too
+    watchdog.start()
+    try:
+        seen = []
+        for line in process.stdout:  # arrives while the run goes on
+            seen.append(line.rstrip("\n"))
+            if line.startswith("[determinism]"):
+                break
+        assert process.poll() is None, seen  # still running: the benchmark hangs
+        process.send_signal(stop)
+        rest = process.stdout.read()  # what it printed after the signal, until it ended
+        process.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+        kill_group()
+        process.stdout.close()
+    printed = [line.split()[0] for line in seen if line.startswith("[")]
+    assert printed == ["[static]", "[compile]", "[run]", "[correctness]", "[determinism]"]
+    assert all(line.split()[1] == "ok" for line in seen if line.startswith("["))
+    assert not any(line.startswith("[benchmark] ok") for line in rest.splitlines())

@@ -144,11 +144,16 @@ def run(
             progress.update(rung, message)
 
     def on_result(result: krung.RungResult) -> None:
+        """Each rung's line as it finishes (flushed), so a run stopped mid-way has shown
+        every rung it finished; JSON stays one object at the end."""
         if progress is not None:
             progress.rung_done(result)
         if show:
             for line in report.rung_block(result):
                 out.print(line, markup=False)
+        elif chosen is OutputFormat.AGENT:
+            sys.stdout.write(report.agent_rung_line(result) + "\n")
+            sys.stdout.flush()
 
     with progress or contextlib.nullcontext():
         result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
@@ -157,7 +162,7 @@ def run(
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
     elif chosen is OutputFormat.AGENT:
-        sys.stdout.write(report.agent_summary(result) + "\n")
+        sys.stdout.write("\n" + report.agent_summary(result) + "\n")
     else:
         _print_tables_and_verdict(result)
     if result.error:
@@ -222,7 +227,7 @@ def show(
         _print_json(found.to_json(with_source=source))
         return
     if chosen is OutputFormat.AGENT:
-        sys.stdout.write(report.agent_summary(found) + "\n")
+        sys.stdout.write(report.agent_report(found) + "\n")
         return
     out.print(f"run {found.run_id}  {found.problem}  {found.solution}", markup=False)
     out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}"

@@ -400,6 +400,10 @@ The rungs, in order: {{rungs}}. Each prints one line when it finishes:
   run passed (roofline skipped)` without a GPU), `FAILED  run ID: ... failed`, or `ERROR`
   (krung itself failed: run it again). The exit status is 0 when no rung failed, 1 when a
   rung failed, 2 for bad usage or a broken problem, 3 when krung failed.
+- With `--format agent` each rung's line comes as it finishes (one line, no details), then,
+  after a blank line, the summary: the verdict (`OK ...`, `FAILED at RUNG ...`, `ERROR ...`),
+  the error, `where:` file:line, `hint:`, the figures that matter, and a `next:` line. A run
+  stopped mid-way has printed every rung it finished.
 - On a machine without a GPU the first line says `device: cpu`: Triton kernels run under
   Triton's interpreter on CPU tensors, and every time (`clock=cpu-wall`) is interpreter
   wall-clock time. Such times say nothing about GPU speed: there, only correctness counts;

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import GOOD, TAIL_BUG, write
 
 
+@pytest.mark.newest
 def test_good_version_passes_every_rung(krung, scale_problem, version):
     result = krung("run", scale_problem, version("good", GOOD), "--json")
     assert result.code == 0, result.stderr
@@ -39,6 +40,7 @@ def test_good_version_passes_every_rung(krung, scale_problem, version):
     assert case["median_us"] > 0 and case["speedup"] > 0 and case["ref_median_us"] > 0
 
 
+@pytest.mark.newest
 def test_text_output_has_one_line_per_rung(krung, scale_problem, version):
     result = krung("run", scale_problem, version("good", GOOD), "--rungs", "static,compile,run")
     assert result.code == 0, result.stderr
@@ -213,6 +215,7 @@ def test_broken_problems_exit_2_naming_each_defect(krung, tmp_path, version):
     assert "torch.Generator(device=device).manual_seed(seed)" in result.stderr
 
 
+@pytest.mark.newest
 def test_usage_errors_exit_2_with_a_hint(krung, scale_problem, tmp_path):
     result = krung("run", "no_such_problem", tmp_path / "missing.py")
     assert result.code == 2
@@ -341,6 +344,7 @@ def test_rungs_help_names_the_default_ladder_and_the_rungs_only_on_request(krung
     assert f"default: {','.join(api.DEFAULT_LADDER)}; also: trace" in text.replace("│ ", "")
 
 
+@pytest.mark.newest
 @pytest.mark.parametrize("args, message", [
     (["bogus"], "No such command 'bogus'"),
     (["run"], "Missing argument"),
@@ -361,6 +365,7 @@ def test_command_line_errors_are_one_message_and_exit_2(krung, args, message):
     assert result.stdout == ""
 
 
+@pytest.mark.newest
 def test_version_and_help(krung):
     import krung as api
 
@@ -369,6 +374,7 @@ def test_version_and_help(krung):
     assert krung("run", "--help").code == 0
 
 
+@pytest.mark.newest
 def test_json_is_one_object_whatever_fails(krung, scale_problem, version, tmp_path):
     """--json prints exactly one JSON object on stdout, errors included: a parser error, a
     problem that does not load, a conflict found after parsing, a run id that does not
@@ -409,6 +415,7 @@ def kernel(x):
 """
 
 
+@pytest.mark.newest
 @pytest.mark.parametrize("output, stop", [("text", signal.SIGINT), ("agent", signal.SIGTERM)])
 def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
         scale_problem, version, store, tmp_path, output, stop):

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.newest  # also with the newest packages (make test-newest)
+
 SCRIPT = r'''
 import torch, triton, triton.language as tl
 from krung.worker.interpreter import fix_bfloat16

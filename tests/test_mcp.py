@@ -57,6 +57,7 @@ def text_of(result) -> str:
     return "\n".join(block.text for block in result.content)
 
 
+@pytest.mark.newest
 def test_tools_are_listed_with_precise_schemas(store, tmp_path):
     async def body():
         async with connect(store, tmp_path) as session:
@@ -169,6 +170,7 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
     assert "passes" in changes["summary"] and "fails" in changes["summary"]
 
 
+@pytest.mark.newest
 def test_errors_are_tool_errors_with_the_fix_and_the_server_lives_on(store, tmp_path,
                                                                      scale_problem):
     good = write(tmp_path / "good.py", GOOD)
@@ -300,6 +302,7 @@ def test_streamable_http_on_loopback(store, tmp_path):
     assert not problems.is_error
 
 
+@pytest.mark.newest
 def test_evaluate_takes_rungs_as_a_list_or_comma_separated(store, tmp_path, scale_problem):
     good = write(tmp_path / "good.py", GOOD)
     totals: list[float | None] = []
@@ -329,6 +332,7 @@ def test_evaluate_takes_rungs_as_a_list_or_comma_separated(store, tmp_path, scal
     assert "hint: choose from: static," in text_of(unknown)
 
 
+@pytest.mark.newest
 def test_the_mcp_json_krung_init_writes_starts_the_server(krung, store, tmp_path):
     """`.mcp.json` names the Python krung runs under (a venv's bin is seldom on PATH, so a
     bare `krung` would not start): an MCP client that starts exactly that command gets the

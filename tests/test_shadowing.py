@@ -8,6 +8,8 @@ import pytest
 from krung.worker.explain import shadowing
 from tests.conftest import write
 
+pytestmark = pytest.mark.newest  # also with the newest packages (make test-newest)
+
 USES_TRITON = """
 import torch
 import triton

@@ -1,21 +1,30 @@
 # Two commands do everything: `make demo` and `make test`. Each sets up .venv first if needed.
+# `make test-newest` is the support matrix's other column (CI runs both, .ci/run).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU machines this project runs on take torch 2.13.0 and Triton 3.6.0 (the Triton of the
-# GPU image); elsewhere, pick your own, e.g. `make test TORCH=torch`.
+NEWEST ?= .venv-newest
+# The oldest column: the CPU machines this project runs on take torch 2.13.0 and Triton 3.6.0
+# (the Triton of the GPU image, whose torch is 2.11); elsewhere, pick your own, e.g.
+# `make test TORCH=torch`. The newest column keeps this torch (a CUDA torch is gigabytes) and
+# takes the newest of everything else from the index.
 TORCH ?= torch==2.13.0
 TRITON ?= triton==3.6.0
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-newest lint clean
 
 $(BIN)/krung: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)" "$(TRITON)" -e '.[dev]'
 	touch $@
 
+# The venv's bin is not on PATH: the last lines say how to call krung from the shell.
 demo: $(BIN)/krung
-	$(BIN)/krung run softmax problems/softmax/solutions/triton_rowwise.py
+	@$(BIN)/krung run softmax problems/softmax/solutions/triton_rowwise.py; status=$$?; \
+	echo; \
+	echo "krung is installed in $(VENV). To run it yourself: . $(BIN)/activate"; \
+	echo "(then krung --help, krung problems, ...), or call $(CURDIR)/$(BIN)/krung directly."; \
+	exit $$status
 
 lint: $(BIN)/krung
 	$(BIN)/ruff check src tests benchmarks problems
@@ -23,5 +32,17 @@ lint: $(BIN)/krung
 test: lint
 	$(BIN)/python -m pytest
 
+$(NEWEST)/bin/krung: pyproject.toml
+	$(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager \
+	    "$(TORCH)" -e '.[dev]'
+	$(NEWEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|triton|numpy|typer|click|mcp|ml.dtypes) '
+	touch $@
+
+# The newest packages on the tests where a toolchain can break krung on a CPU (marker
+# `newest`: the ladder under Triton's interpreter, the interpreter's fixes, the CLI, MCP).
+test-newest: $(NEWEST)/bin/krung
+	$(NEWEST)/bin/python -m pytest -m newest
+
 clean:
-	rm -rf $(VENV) .krung .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NEWEST) .krung .pytest_cache .ruff_cache

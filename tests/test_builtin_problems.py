@@ -12,6 +12,8 @@ from tests.conftest import PROBLEMS, cuda_available
 
 pytest.importorskip("triton")
 
+pytestmark = pytest.mark.newest  # also with the newest packages (make test-newest)
+
 GOOD = sorted(PROBLEMS.glob("*/solutions/triton*.py"))
 WRONG = sorted(PROBLEMS.glob("*/solutions/wrong*.py"))
 

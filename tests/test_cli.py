@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+import subprocess
+import sys
+import threading
 
 import pytest
 
 from tests.conftest import GOOD, TAIL_BUG, write
 
 
+@pytest.mark.newest
 def test_good_version_passes_every_rung(krung, scale_problem, version):
     result = krung("run", scale_problem, version("good", GOOD), "--json")
     assert result.code == 0, result.stderr
@@ -32,6 +39,7 @@ def test_good_version_passes_every_rung(krung, scale_problem, version):
     assert case["median_us"] > 0 and case["speedup"] > 0 and case["ref_median_us"] > 0
 
 
+@pytest.mark.newest
 def test_text_output_has_one_line_per_rung(krung, scale_problem, version):
     result = krung("run", scale_problem, version("good", GOOD), "--rungs", "static,compile,run")
     assert result.code == 0, result.stderr
@@ -206,6 +214,7 @@ def test_broken_problems_exit_2_naming_each_defect(krung, tmp_path, version):
     assert "torch.Generator(device=device).manual_seed(seed)" in result.stderr
 
 
+@pytest.mark.newest
 def test_usage_errors_exit_2_with_a_hint(krung, scale_problem, tmp_path):
     result = krung("run", "no_such_problem", tmp_path / "missing.py")
     assert result.code == 2
@@ -333,3 +342,112 @@ def test_rungs_help_names_the_default_ladder_and_the_rungs_only_on_request(krung
 
     assert f"default: {','.join(api.DEFAULT_LADDER)}; also: profile,trace" in \
         text.replace("│ ", "")
+
+
+@pytest.mark.newest
+@pytest.mark.parametrize("args, message", [
+    (["bogus"], "No such command 'bogus'"),
+    (["run"], "Missing argument"),
+    (["run", "--bogus"], "No such option: --bogus"),
+    (["run", "softmax", "v.py", "--rungs"], "requires an argument"),
+    (["history", "softmax", "--limit", "many"], "Invalid value for '--limit'"),
+])
+def test_command_line_errors_are_one_message_and_exit_2(krung, args, message):
+    """Whichever click parses (typer 0.29 vendors its own), never a traceback: the usage
+    line, `UsageError: message` and where help is."""
+    result = krung(*args)
+    assert result.code == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) <= 3, result.stderr
+    assert lines[-2].startswith("UsageError: ") and message in lines[-2]
+    assert lines[-1].startswith("hint: `krung") and "--help`" in lines[-1]
+    assert result.stdout == ""
+
+
+@pytest.mark.newest
+def test_version_and_help(krung):
+    import krung as api
+
+    result = krung("--version")
+    assert (result.code, result.stdout) == (0, f"krung {api.__version__}\n")
+    assert krung("run", "--help").code == 0
+
+
+@pytest.mark.newest
+def test_json_is_one_object_whatever_fails(krung, scale_problem, version, tmp_path):
+    """--json prints exactly one JSON object on stdout, errors included: a parser error, a
+    problem that does not load, a conflict found after parsing, a run id that does not
+    exist, and a failure of krung itself (a store that is not a database)."""
+    good = version("good", GOOD)
+    write(tmp_path / "broken" / "problem.py", "def reference(x):\n    return x\n")
+    not_a_database = tmp_path / "random.db"
+    not_a_database.write_bytes(bytes(range(256)) * 64)
+    cases = [
+        (["run", "--json"], 2, "UsageError"),
+        (["run", "--format", "json", "--bogus"], 2, "UsageError"),
+        (["run", tmp_path / "broken", good, "--json"], 2, "ProblemError"),
+        (["run", scale_problem, good, "--json", "--format", "agent"], 2, "UsageError"),
+        (["show", "zzzz", "--format=json"], 2, "UsageError"),
+        (["best", "scale", "--json"], 1, "NoPassingRun"),
+        (["history", "scale", "--json", "--store", not_a_database], 3, "InternalError"),
+    ]
+    for args, code, error_type in cases:
+        result = krung(*args)
+        assert result.code == code, (args, result.stdout, result.stderr)
+        found = result.json()  # the whole of stdout is one JSON document
+        assert isinstance(found, dict), args
+        assert found["ok"] is False and found["exit_code"] == code
+        assert found["error_type"] == error_type, (args, found)
+        assert found["error"].startswith(f"{error_type}: ") and found["hint"]
+
+
+# Right on every call until the benchmark's repetitions, then it never returns.
+HANGS_IN_BENCHMARK = """
+import time
+calls = 0
+def kernel(x):
+    global calls
+    calls += 1
+    if calls > 40:
+        time.sleep(3600)
+    return x * 2 + 1
+"""
+
+
+@pytest.mark.newest
+@pytest.mark.parametrize("output, stop", [("text", signal.SIGINT), ("agent", signal.SIGTERM)])
+def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
+        scale_problem, version, store, tmp_path, output, stop):
+    """Each rung's line is on stdout as the rung finishes (through a pipe, as an agent reads
+    it), so Ctrl-C or a timeout's SIGTERM during the benchmark loses none of them."""
+    environ = dict(os.environ, KRUNG_STORE=str(store), KRUNG_DEVICE="cpu",
+                   KRUNG_CALL_TIMEOUT="600")
+    command = [sys.executable, "-m", "krung", "run", str(scale_problem),
+               str(version("hangs", HANGS_IN_BENCHMARK)), "--format", output]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, env=environ, cwd=tmp_path, start_new_session=True)
+    def kill_group() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the judge and worker it started too
+
+    watchdog = threading.Timer(300, kill_group)  # lines that never come end the test too
+    watchdog.start()
+    try:
+        seen = []
+        for line in process.stdout:  # arrives while the run goes on
+            seen.append(line.rstrip("\n"))
+            if line.startswith("[determinism]"):
+                break
+        assert process.poll() is None, seen  # still running: the benchmark hangs
+        process.send_signal(stop)
+        rest = process.stdout.read()  # what it printed after the signal, until it ended
+        process.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+        kill_group()
+        process.stdout.close()
+    printed = [line.split()[0] for line in seen if line.startswith("[")]
+    assert printed == ["[static]", "[compile]", "[run]", "[correctness]", "[determinism]"]
+    assert all(line.split()[1] == "ok" for line in seen if line.startswith("["))
+    assert not any(line.startswith("[benchmark] ok") for line in rest.splitlines())

@@ -1,4 +1,5 @@
-"""krung's bfloat16 fix for Triton's interpreter: arithmetic and tl.dot on bf16 are right."""
+"""krung's bfloat16 fix for Triton's interpreter: loads, stores, arithmetic, tl.dot and atomics
+on bf16 are right, under every Triton the support matrix tests (3.6 and the newest)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+
+pytestmark = pytest.mark.newest  # also with the newest packages (make test-newest)
 
 SCRIPT = r'''
 import torch, triton, triton.language as tl
@@ -27,7 +30,8 @@ def mm(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):
+    for step in range(0, tl.cdiv(K, BK)):  # a scalar as an index: numpy 2.4 refused it
+        k = step * BK
         A = tl.load(a + rm[:, None] * K + (k + rk)[None, :],
                     mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
         B = tl.load(b + (k + rk)[:, None] * N + rn[None, :],
@@ -51,6 +55,22 @@ c = torch.empty(M, N, dtype=torch.bfloat16)
 mm[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, 32, 32, 32)
 ref = a.float() @ b.float()
 print("dot", ((c.float() - ref).abs() / (ref.abs() + 1)).max().item())
+
+@triton.jit
+def scatter_add(x, index, o, n, B: tl.constexpr):
+    i = tl.program_id(0) * B + tl.arange(0, B)
+    m = i < n
+    v = tl.load(x + i, mask=m)
+    tl.atomic_add(o + tl.load(index + i, mask=m), v, mask=m)
+
+bins = 7  # many lanes of one program hit one bin: every addition must count
+index = torch.randint(0, bins, (n,), generator=g, dtype=torch.int32)
+sums = torch.zeros(bins, dtype=torch.bfloat16)
+scatter_add[(4,)](x, index, sums, n, 256)
+want = torch.zeros(bins, dtype=torch.bfloat16)  # lane by lane, each sum rounded to bf16
+for value, bin in zip(x, index.tolist()):
+    want[bin] = (want[bin].float() + value.float()).bfloat16()
+print("atomic_add", (sums.float() - want.float()).abs().max().item())
 '''
 
 
@@ -66,6 +86,9 @@ def test_bf16_arithmetic_and_dot_are_right_under_the_interpreter():
     assert float(errors["fma"]) < 0.1
     # bf16 inputs, fp32 accumulation, one rounding to bf16: relative error below 2^-8.
     assert float(errors["dot"]) < 2 ** -8
+    # One program's lanes hit one bin many times: each addition counts, rounded to bf16, in
+    # lane order (the interpreter runs programs one after another), so the sums are exact.
+    assert float(errors["atomic_add"]) == 0.0
 
 
 AUTOTUNED = r'''

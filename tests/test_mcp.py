@@ -3,6 +3,7 @@ SDK's client over stdio (and once over streamable HTTP), on a small torch-only p
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -56,6 +57,7 @@ def text_of(result) -> str:
     return "\n".join(block.text for block in result.content)
 
 
+@pytest.mark.newest
 def test_tools_are_listed_with_precise_schemas(store, tmp_path):
     async def body():
         async with connect(store, tmp_path) as session:
@@ -68,8 +70,9 @@ def test_tools_are_listed_with_precise_schemas(store, tmp_path):
         assert set(evaluate["properties"]) == {"problem", "version_path", "source", "name",
                                                "rungs", "seed", "device", "parent",
                                                "vs_compiled"}
-        rungs = evaluate["properties"]["rungs"]["anyOf"][0]
-        assert rungs["items"]["enum"] == list(krung.RUNGS)
+        rungs = evaluate["properties"]["rungs"]["anyOf"]
+        assert rungs[0]["items"]["enum"] == list(krung.RUNGS)
+        assert rungs[1]["type"] == "string"  # or comma-separated, as on the command line
         assert "description" in evaluate["properties"]["source"]
         kinds = tools["get_artifact"].input_schema["properties"]["kind"]["anyOf"][0]["enum"]
         assert {"ptx", "sass", "ttir", "ttgir", "llir", "log", "profile"} <= set(kinds)
@@ -167,6 +170,7 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
     assert "passes" in changes["summary"] and "fails" in changes["summary"]
 
 
+@pytest.mark.newest
 def test_errors_are_tool_errors_with_the_fix_and_the_server_lives_on(store, tmp_path,
                                                                      scale_problem):
     good = write(tmp_path / "good.py", GOOD)
@@ -296,3 +300,57 @@ def test_streamable_http_on_loopback(store, tmp_path):
         server.stderr.close()
     assert names == TOOLS
     assert not problems.is_error
+
+
+@pytest.mark.newest
+def test_evaluate_takes_rungs_as_a_list_or_comma_separated(store, tmp_path, scale_problem):
+    good = write(tmp_path / "good.py", GOOD)
+    totals: list[float | None] = []
+
+    async def on_progress(value, total, message):
+        totals.append(total)
+
+    async def body():
+        async with connect(store, tmp_path) as session:
+            def evaluate(rungs, **kwargs):
+                return session.call_tool("evaluate", {
+                    "problem": str(scale_problem), "version_path": str(good), "rungs": rungs},
+                    **kwargs)
+            return [await evaluate("run, static,compile", progress_callback=on_progress),
+                    await evaluate(["run", "static", "compile"]),
+                    await evaluate("static,correctnes")]
+
+    as_text, as_list, unknown = anyio.run(body)
+    for answer in (as_text, as_list):
+        assert not answer.is_error, text_of(answer)
+        assert [r["name"] for r in answer.structured_content["rungs"]] == \
+            ["static", "compile", "run"]
+        assert answer.structured_content["ok"] is True
+    assert totals and set(totals) == {3}
+    assert unknown.is_error
+    assert "UsageError: unknown rung(s): correctnes" in text_of(unknown)
+    assert "hint: choose from: static," in text_of(unknown)
+
+
+@pytest.mark.newest
+def test_the_mcp_json_krung_init_writes_starts_the_server(krung, store, tmp_path):
+    """`.mcp.json` names the Python krung runs under (a venv's bin is seldom on PATH, so a
+    bare `krung` would not start): an MCP client that starts exactly that command gets the
+    tools, with no krung on PATH."""
+    assert krung("init", "ws", "--problem", "vector_add").code == 0
+    config = json.loads((tmp_path / "ws" / ".mcp.json").read_text())["mcpServers"]["krung"]
+    assert Path(config["command"]).is_absolute() and config["args"][-1] == "mcp"
+    env = environment(store)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if not (Path(p) / "krung").exists())
+    server = StdioServerParameters(command=config["command"], args=config["args"], env=env,
+                                   cwd=str(tmp_path / "ws"))
+
+    async def body():
+        with open(tmp_path / "server-stderr.log", "w") as errlog:
+            async with stdio_client(server, errlog=errlog) as (read, write_stream), \
+                    ClientSession(read, write_stream) as session:
+                await session.initialize()
+                return {t.name for t in (await session.list_tools()).tools}
+
+    assert anyio.run(body) == TOOLS

@@ -11,6 +11,14 @@ from tests.conftest import GOOD, TAIL_BUG
 RAISES = "def kernel(x):\n    return x.view(3, -1) * 2\n"
 
 
+def summary_of(stdout: str) -> str:
+    """`--format agent` prints each rung's line as it finishes, then a blank line and the
+    summary: the summary, after checking the rung lines."""
+    streamed, summary = stdout.split("\n\n", 1)
+    assert all(re.match(r"\[\w+\] (ok|FAILED|skipped)", line) for line in streamed.splitlines())
+    return summary
+
+
 def check_shape(text: str) -> list[str]:
     lines = text.rstrip("\n").splitlines()
     assert 3 <= len(lines) <= AGENT_MAX_LINES
@@ -23,7 +31,7 @@ def check_shape(text: str) -> list[str]:
 def test_passing_run(krung, scale_problem, version):
     result = krung("run", scale_problem, version("good", GOOD), "--format", "agent")
     assert result.code == 0, result.stderr
-    lines = check_shape(result.stdout)
+    lines = check_shape(summary_of(result.stdout))
     # On a CPU the profiler and the roofline cannot run: skipped, which does not fail the run.
     assert lines[0].startswith("OK (every rung that could run passed; profile, roofline "
                                "skipped)  run ")
@@ -45,7 +53,7 @@ def test_passing_run(krung, scale_problem, version):
 def test_failing_run_names_the_rung_the_cases_and_the_fix(krung, scale_problem, version):
     result = krung("run", scale_problem, version("tail", TAIL_BUG), "--format", "agent")
     assert result.code == 1
-    lines = check_shape(result.stdout)
+    lines = check_shape(summary_of(result.stdout))
     assert lines[0].startswith("FAILED at correctness  run ")
     assert "correctness FAILED, determinism skipped (needs correctness, which failed), " \
         "benchmark skipped (needs correctness, which failed)" in lines[1]
@@ -64,7 +72,7 @@ def test_failing_run_names_the_rung_the_cases_and_the_fix(krung, scale_problem, 
 def test_error_in_the_version_shows_the_line(krung, scale_problem, version):
     result = krung("run", scale_problem, version("raises", RAISES), "--format", "agent")
     assert result.code == 1
-    lines = check_shape(result.stdout)
+    lines = check_shape(summary_of(result.stdout))
     assert lines[0].startswith("FAILED at run")
     assert lines[2].startswith("error: RuntimeError: ")
     assert lines[3].startswith("where: ") and lines[3].endswith("raises.py:2")
@@ -75,9 +83,9 @@ def test_error_in_the_version_shows_the_line(krung, scale_problem, version):
 
 def test_json_and_agent_formats_conflict(krung, scale_problem, version):
     result = krung("run", scale_problem, version("good", GOOD), "--json", "--format", "agent")
-    assert result.code == 2
-    assert "--json and --format agent ask for different outputs" in result.stderr
-    assert "hint: give only one of them" in result.stderr
+    assert result.code == 2  # with --json, the error is the one JSON object on stdout
+    assert "--json and --format agent ask for different outputs" in result.json()["error"]
+    assert result.json()["hint"] == "give only one of them"
     same = krung("run", scale_problem, version("good", GOOD), "--rungs", "static", "--json",
                  "--format", "json")
     assert same.code == 0 and same.json()["ok"] is True

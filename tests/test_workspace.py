@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 
 import pytest
 
@@ -54,7 +55,12 @@ def test_agents_md_gives_the_loop_the_commands_and_the_rules(krung, tmp_path):
     claude = (tmp_path / "ws" / "CLAUDE.md").read_text()
     assert "@AGENTS.md" in claude
     mcp = json.loads((tmp_path / "ws" / ".mcp.json").read_text())
-    assert mcp == {"mcpServers": {"krung": {"command": "krung", "args": ["mcp"]}}}
+    # the Python krung runs under, not a bare `krung` a venv's PATH may lack (test_mcp.py
+    # starts the server from it)
+    assert mcp == {"mcpServers": {"krung": {"command": sys.executable,
+                                            "args": ["-m", "krung", "mcp"]}}}
+    assert f"command = {json.dumps(sys.executable)}" in text
+    assert 'args = ["-m", "krung", "mcp"]' in text
     index = (tmp_path / "ws" / "context" / "INDEX.md").read_text()
     assert "krung context search QUERY" in index and "No entries yet" in index
 

@@ -19,6 +19,7 @@ from rich.console import Console
 import krung
 from krung.host import (
     cli_artifacts,
+    cli_errors,
     cli_roofline,
     cli_scale,
     cli_suite,
@@ -42,6 +43,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # Wide when not a terminal, so tables piped to a file or read by an agent are never cut.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        sys.stdout.write(f"krung {krung.__version__}\n")
+        raise typer.Exit(ExitCode.OK)
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print krung's version and exit.")] = False) -> None:
+    """The options before the command (krung --version)."""
+
 
 StoreOption = Annotated[Path | None, typer.Option(
     "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")]
@@ -128,11 +144,16 @@ def run(
             progress.update(rung, message)
 
     def on_result(result: krung.RungResult) -> None:
+        """Each rung's line as it finishes (flushed), so a run stopped mid-way has shown
+        every rung it finished; JSON stays one object at the end."""
         if progress is not None:
             progress.rung_done(result)
         if show:
             for line in report.rung_block(result):
                 out.print(line, markup=False)
+        elif chosen is OutputFormat.AGENT:
+            sys.stdout.write(report.agent_rung_line(result) + "\n")
+            sys.stdout.flush()
 
     with progress or contextlib.nullcontext():
         result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
@@ -141,7 +162,7 @@ def run(
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
     elif chosen is OutputFormat.AGENT:
-        sys.stdout.write(report.agent_summary(result) + "\n")
+        sys.stdout.write("\n" + report.agent_summary(result) + "\n")
     else:
         _print_tables_and_verdict(result)
     if result.error:
@@ -206,7 +227,7 @@ def show(
         _print_json(found.to_json(with_source=source))
         return
     if chosen is OutputFormat.AGENT:
-        sys.stdout.write(report.agent_summary(found) + "\n")
+        sys.stdout.write(report.agent_report(found) + "\n")
         return
     out.print(f"run {found.run_id}  {found.problem}  {found.solution}", markup=False)
     out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}"
@@ -234,9 +255,10 @@ def best(
     among runs that passed every rung, compared only with runs on the same device."""
     found = krung.best_run(krung.history_name(problem), rule=by, store=_settings(store).store)
     if found is None:
-        err.print(f"no passing, benchmarked run of {problem} in this store"
-                  + (" with roofline figures" if by == "roofline" else ""), markup=False)
-        raise typer.Exit(ExitCode.FAILED)
+        raise typer.Exit(cli_errors.report(
+            "NoPassingRun", f"no passing, benchmarked run of {problem} in this store"
+            + (" with roofline figures" if by == "roofline" else ""),
+            f"krung history {problem} lists its runs", ExitCode.FAILED, json_output))
     entry, rule, among = found
     if json_output:
         _print_json({**entry.to_json(), "rule": rule})
@@ -303,26 +325,27 @@ app.command()(cli_roofline.calibrate)
 app.command()(cli_roofline.report)
 
 
-def main() -> None:
+def main(args: list[str] | None = None) -> None:
+    """Run the command; whatever happens, one message and a documented exit status (and with
+    --json, one JSON object on stdout): see cli_errors."""
+    args = sys.argv[1:] if args is None else args
+    wants_json = cli_errors.asks_for_json(args)
     try:
-        code = app(standalone_mode=False)  # click returns the exit code instead of exiting
+        # Not standalone: click returns the exit code, and raises what it would have printed.
+        code = app(args=args, prog_name="krung", standalone_mode=False)
     except krung.KrungError as exc:
-        err.print(f"{type(exc).__name__}: {exc.message}", markup=False)
-        if exc.hint:
-            err.print(f"hint: {exc.hint}", markup=False)
-        sys.exit(ExitCode.USAGE)
+        code = cli_errors.report(type(exc).__name__, exc.message, exc.hint, ExitCode.USAGE,
+                                 wants_json)
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        err.print("interrupted", markup=False)
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(ExitCode.USAGE)
-        raise
+        code = cli_errors.report("Interrupted", "stopped before the command finished", None,
+                                 130, wants_json)
+    except Exception as exc:
+        if cli_errors.is_parser_error(exc):
+            code = cli_errors.parser_error(exc, wants_json)
+        else:
+            code = cli_errors.internal_error(exc, wants_json)
     sys.exit(code if isinstance(code, int) else ExitCode.OK)
 
 

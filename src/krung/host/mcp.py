@@ -123,10 +123,12 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         version_path: VersionPathArg = None,
         source: SourceArg = None,
         name: NameArg = None,
-        rungs: Annotated[list[RungName] | None, Field(description=(
-            f"Rungs to climb; they run in ladder order ({', '.join(krung.RUNGS)}) whatever "
-            "the order given. Default: all. A rung whose needed rung failed is skipped."))
-        ] = None,
+        rungs: Annotated[list[RungName] | str | None, Field(description=(
+            f"Rungs to climb, as a list or comma-separated as on the command line "
+            f"(\"static,compile\"); they run in ladder order ({', '.join(krung.RUNGS)}) "
+            "whatever the order given. Default: the default ladder "
+            f"({', '.join(krung.DEFAULT_LADDER)}). A rung whose needed rung failed is "
+            "skipped."))] = None,
         seed: SeedArg = None,
         device: DeviceArg = None,
         parent: ParentArg = None,
@@ -146,11 +148,11 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         error."""
         with _explained():
             krung.find_problem(problem)  # a wrong problem is reported before saving a source
+            names = _rung_names(rungs)
             path = _version(version_path, source, name, db_path)
-            total = len(set(rungs)) if rungs else len(krung.DEFAULT_LADDER)
-            report = _ProgressReporter(ctx, total)
+            report = _ProgressReporter(ctx, len(names or krung.DEFAULT_LADDER))
             run = await _in_thread(functools.partial(
-                krung.evaluate, problem, path, rungs=list(rungs) if rungs else None,
+                krung.evaluate, problem, path, rungs=names,
                 device=device, seed=seed, store=db_path, on_result=report.rung_done,
                 on_progress=report.step, parent=parent,
                 settings=Settings.from_env().replace(compiled_baseline=vs_compiled or None)))
@@ -337,6 +339,20 @@ class _ProgressReporter:
             anyio.from_thread.run(self.ctx.report_progress, progress, self.total, message)
         except Exception:  # progress is a courtesy: a client gone away must not fail the run
             log.debug("progress notification not sent", exc_info=True)
+
+
+def _rung_names(rungs: list[str] | str | None) -> list[str] | None:
+    """The rungs asked for as a list, from a list or the command line's `a,b`; an unknown name
+    is refused before anything is saved or run (UsageError naming the known ones)."""
+    if isinstance(rungs, str):
+        rungs = [name.strip() for name in rungs.split(",") if name.strip()]
+    if not rungs:
+        return None
+    unknown = [name for name in rungs if name not in krung.RUNGS]
+    if unknown:
+        raise krung.UsageError(f"unknown rung(s): {', '.join(unknown)}",
+                               hint=f"choose from: {','.join(krung.RUNGS)}")
+    return list(dict.fromkeys(rungs))
 
 
 def _version(path: str | None, source: str | None, name: str | None, db_path: Path) -> Path:

@@ -154,6 +154,17 @@ AGENT_DETAIL_LINES = 10
 AGENT_CASES = 8
 
 
+def agent_rung_line(result: RungResult) -> str:
+    """The line `--format agent` prints as each rung finishes, so a run stopped mid-way has
+    shown every rung it finished; the summary follows the last, after a blank line."""
+    return _clip(result.line())
+
+
+def agent_report(run: Run) -> str:
+    """What `krung run --format agent` printed, rebuilt from a recorded run (`krung show`)."""
+    return "\n".join([*(agent_rung_line(r) for r in run.rungs), "", agent_summary(run)])
+
+
 def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
     """A plain-text verdict of at most `max_lines` lines: the first failing rung, its error,
     where in the version (with the source line) and the hint; the figures that matter; and

@@ -8,6 +8,7 @@ the reference's signature and raises NotImplementedError where the real kernel g
 
 from __future__ import annotations
 
+import json
 import re
 
 DSL_NAMES = {
@@ -292,16 +293,12 @@ exact krung commands, how to read the results, and the rules). It is imported he
 @AGENTS.md
 """
 
-MCP_JSON = """\
-{
-  "mcpServers": {
-    "krung": {
-      "command": "krung",
-      "args": ["mcp"]
-    }
-  }
-}
-"""
+
+
+def mcp_json(command: list[str]) -> str:
+    """`.mcp.json`: krung's MCP server for Claude Code, started as `command mcp`."""
+    server = {"command": command[0], "args": [*command[1:], "mcp"]}
+    return json.dumps({"mcpServers": {"krung": server}}, indent=2) + "\n"
 
 GITIGNORE = """\
 # krung's run store (SQLite) and each run's logs
@@ -403,6 +400,10 @@ The rungs, in order: {{rungs}}. Each prints one line when it finishes:
   run passed (roofline skipped)` without a GPU), `FAILED  run ID: ... failed`, or `ERROR`
   (krung itself failed: run it again). The exit status is 0 when no rung failed, 1 when a
   rung failed, 2 for bad usage or a broken problem, 3 when krung failed.
+- With `--format agent` each rung's line comes as it finishes (one line, no details), then,
+  after a blank line, the summary: the verdict (`OK ...`, `FAILED at RUNG ...`, `ERROR ...`),
+  the error, `where:` file:line, `hint:`, the figures that matter, and a `next:` line. A run
+  stopped mid-way has printed every rung it finished.
 - On a machine without a GPU the first line says `device: cpu`: Triton kernels run under
   Triton's interpreter on CPU tensors, and every time (`clock=cpu-wall`) is interpreter
   wall-clock time. Such times say nothing about GPU speed: there, only correctness counts;
@@ -448,12 +449,12 @@ The rungs, in order: {{rungs}}. Each prints one line when it finishes:
 directory. For Codex, add to `~/.codex/config.toml`:
 
     [mcp_servers.krung]
-    command = "krung"
-    args = ["mcp"]
+    command = {{mcp_command}}
+    args = {{mcp_args}}
 
-For Cursor, put the same server in `.cursor/mcp.json`:
-
-    {"mcpServers": {"krung": {"command": "krung", "args": ["mcp"]}}}
+For Cursor, copy `.mcp.json` to `.cursor/mcp.json`. The command is the Python krung was
+installed under (`python -m krung mcp`), so the server starts whether or not `krung` is on the
+agent's PATH.
 
 Start the agent in this directory, so the server finds `problem/`, `versions/` and the store.
 """

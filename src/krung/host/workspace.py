@@ -13,7 +13,9 @@ Everything is written from the problem's source text: nothing is imported.
 from __future__ import annotations
 
 import ast
+import json
 import shutil
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,7 +93,7 @@ def init_workspace(directory: str | Path, *, problem: str | None = None,
     for name, text in (
         ("AGENTS.md", _agents_md(title, dsl, signature, description, working)),
         ("CLAUDE.md", templates.CLAUDE_MD),
-        (".mcp.json", templates.MCP_JSON),
+        (".mcp.json", templates.mcp_json(krung_command())),
         (".gitignore", templates.GITIGNORE),
     ):
         (target / name).write_text(text)
@@ -99,6 +101,13 @@ def init_workspace(directory: str | Path, *, problem: str | None = None,
     files.append(write_index(target))
     return Workspace(path=target, problem=problem_dir, first_version=version, dsl=dsl,
                      source=source, files=files)
+
+
+def krung_command() -> list[str]:
+    """How an agent's MCP client starts this krung: the Python it is installed under, with
+    `-m krung`. A bare `krung` starts only where its bin directory is on PATH, which a venv's
+    is not unless activated."""
+    return [sys.executable, "-m", "krung"] if sys.executable else ["krung"]
 
 
 def reference_signature(problem_file: Path) -> str:
@@ -198,4 +207,5 @@ def _agents_md(title: str, dsl: str, signature: str, description: str, working: 
         v1_state=textwrap.fill(f"`versions/v1.py` is {v1_state}", width=96,
                                initial_indent="  ", subsequent_indent="  "),
         task=textwrap.fill(task, width=96), signature=signature,
-        rungs=" -> ".join(RUNGS))
+        rungs=" -> ".join(RUNGS), mcp_command=json.dumps(krung_command()[0]),
+        mcp_args=json.dumps([*krung_command()[1:], "mcp"]))

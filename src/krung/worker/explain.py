@@ -7,15 +7,16 @@ error is one we know. Runs inside the candidate worker: stdlib only.
 
 from __future__ import annotations
 
+import importlib.machinery
 import linecache
+import re
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
 # (text found in the error, hint). First match wins; keep the most specific first.
 HINTS: list[tuple[str, str]] = [
-    ("only 0-dimensional arrays can be converted to Python scalars",
-     "Triton's interpreter breaks on numpy 2.4 and newer: pip install 'numpy<2.4'"),
     ("arange's range must be a power of 2",
      "tl.arange needs a power-of-two length: round the block up with "
      "triton.next_power_of_2(n) and mask the tail"),
@@ -52,6 +53,42 @@ def hint_for(text: str) -> str | None:
     return next((hint for needle, hint in HINTS if needle in text), None)
 
 
+def shadowing(name: str, folder: Path) -> Path | None:
+    """The file in `folder` that hides the standard or installed module `name`, if any.
+
+    The worker puts the version's folder first on sys.path (so a version can import files
+    beside it); a `triton.py` there (or the version itself named so) is then what
+    `import triton` finds, and the import fails far from the cause ("'triton' is not a
+    package"). The static rung asks this before anything runs; `explain` after a failure."""
+    local = next((p for p in (folder / f"{name}.py", folder / name / "__init__.py")
+                  if p.is_file()), None)
+    if local is None or name in sys.builtin_module_names:  # a builtin is never shadowed
+        return None
+    folder = folder.resolve()
+    elsewhere = [p for p in sys.path if p and Path(p).resolve() != folder]
+    if name in sys.stdlib_module_names or \
+            importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None:
+        return local
+    return None
+
+
+def shadowing_hint(name: str, local: Path) -> str:
+    return (f"{local} has the name of the module `{name}`, so `import {name}` finds it "
+            f"instead: rename it (e.g. to my_{name}.py; a version is best named v1.py, "
+            "v2.py, ...)")
+
+
+def _shadow_hint(chain: list[BaseException], solution: Path) -> str | None:
+    """A hint naming the file beside the version that hides a module the error mentions."""
+    for exc in chain:
+        if isinstance(exc, (ImportError, AttributeError)):
+            for name in re.findall(r"'([A-Za-z_]\w*)", str(exc)):
+                local = shadowing(name, solution.parent)
+                if local is not None:
+                    return shadowing_hint(name, local)
+    return None
+
+
 def explain(exc: BaseException, solution: Path, stage: str) -> dict[str, Any]:
     """A JSON-ready description of `exc` raised while `stage` ("load" or "call") ran."""
     chain = _chain(exc)
@@ -75,7 +112,7 @@ def explain(exc: BaseException, solution: Path, stage: str) -> dict[str, Any]:
         info["message"] = f"the version called sys.exit({exc.code!r})"
         info["hint"] = "a version must return its outputs, never exit the process"
     else:
-        info["hint"] = hint_for(text)
+        info["hint"] = _shadow_hint(chain, solution) or hint_for(text)
     info["kind"] = kind
     return info
 

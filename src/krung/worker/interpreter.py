@@ -10,6 +10,12 @@ The sound fix is to give the interpreter a real bfloat16 numpy type (``ml_dtypes
 the one JAX uses): loads and stores move the same bits, arithmetic is done in float32 and
 rounded to bfloat16, casts round to nearest even, as the GPU does, and ``tl.dot`` accumulates
 in float32. No tolerance is loosened; the kernel runs as written.
+
+The interpreter's memory operations are C++ (``triton._C.libtriton.interpreter``) and know
+numpy's own types only: Triton 3.6 moves any 2-byte type, Triton 3.9 raises ``std::bad_cast``
+on every bfloat16 load and store, and neither has bfloat16 atomics. krung hands them the
+bfloat16 bits as uint16 (the same bytes) and does bfloat16 atomics itself, one element at a
+time as the hardware does (the interpreter runs one program at a time).
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ _PATCHED = False
 
 
 def fix_bfloat16() -> None:
-    """Patch the interpreter once, in the process that runs the kernels."""
+    """Patch the interpreter once, in the process that runs the kernels (with the numpy fix
+    below: both are about how the interpreter holds numbers in numpy)."""
     global _PATCHED
     if _PATCHED:
         return
+    fix_scalar_index()
     import ml_dtypes
     import numpy as np
     import triton.language as tl
@@ -50,7 +58,80 @@ def fix_bfloat16() -> None:
 
     interpreter._get_np_dtype = get_np_dtype
     interpreter.InterpreterBuilder.cast_impl = cast_impl
+    interpreter._interpreter = Bfloat16Memory(interpreter._interpreter, bfloat16)
     _PATCHED = True
+
+
+def fix_scalar_index() -> None:
+    """A scalar used as an index (``range(tl.cdiv(K, BK))``) under numpy 2.4 and newer.
+
+    The interpreter holds a scalar as a 1-element array; Triton 3.6 takes ``int()`` of it,
+    which numpy 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars").
+    Triton 3.9 squeezes it first; krung does the same for every Triton, so no numpy cap is
+    needed."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    @functools.wraps(original)
+    def patch_lang_tensor(tensor, scope):  # type: ignore[no-untyped-def]
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+class Bfloat16Memory:
+    """The interpreter's C++ memory operations, with bfloat16 arrays moved as their uint16 bits.
+
+    Stands in for the module ``triton.runtime.interpreter`` imports as ``_interpreter``; every
+    other name (fma_fp32, RMW_OP, ...) is the module's own."""
+
+    def __init__(self, native, bfloat16):  # type: ignore[no-untyped-def]
+        self.native = native
+        self.bfloat16 = bfloat16
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.native, name)
+
+    def load(self, ptrs, mask, other, dtype):  # type: ignore[no-untyped-def]
+        if dtype != self.bfloat16:
+            return self.native.load(ptrs, mask, other, dtype)
+        import numpy as np
+
+        bits = self.native.load(ptrs, mask, other.view(np.uint16), np.dtype(np.uint16))
+        return bits.view(self.bfloat16)
+
+    def store(self, ptrs, value, mask):  # type: ignore[no-untyped-def]
+        if value.dtype == self.bfloat16:
+            value = value.view("uint16")
+        return self.native.store(ptrs, value, mask)
+
+    def atomic_cas(self, ptrs, expected, value, sem):  # type: ignore[no-untyped-def]
+        if value.dtype != self.bfloat16:
+            return self.native.atomic_cas(ptrs, expected, value, sem)
+        old = self.native.atomic_cas(ptrs, expected.view("uint16"), value.view("uint16"), sem)
+        return old.view(self.bfloat16)
+
+    def atomic_rmw(self, op, ptrs, value, mask, sem):  # type: ignore[no-untyped-def]
+        """Read, combine in float32, round to bfloat16, write: element by element, so lanes
+        that hit one address all count, as on the GPU. Returns the values read."""
+        if value.dtype != self.bfloat16:
+            return self.native.atomic_rmw(op, ptrs, value, mask, sem)
+        import numpy as np
+
+        # Triton allows only these two on bfloat16 (tl.atomic_max and the rest refuse it).
+        combine = {self.native.RMW_OP.FADD: np.add,
+                   self.native.RMW_OP.XCHG: lambda old, new: new}[op]
+        ptrs, value, mask = np.broadcast_arrays(ptrs, value, mask)
+        old = np.zeros(ptrs.shape, dtype=self.bfloat16)
+        one = np.ones(1, dtype=bool)
+        for index in map(tuple, np.argwhere(mask)):
+            address = ptrs[index].reshape(1)
+            old[index] = self.load(address, one, np.zeros(1, self.bfloat16), self.bfloat16)[0]
+            new = combine(old[index].astype(np.float32), value[index].astype(np.float32))
+            self.store(address, np.asarray([new]).astype(self.bfloat16), one)
+        return old
 
 
 def fix_autotune() -> None:

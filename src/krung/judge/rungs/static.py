@@ -19,6 +19,7 @@ from krung.judge.solution import (
     qualified_uses,
 )
 from krung.protocol.errors import RungFailed
+from krung.worker.explain import shadowing, shadowing_hint
 
 NEEDS: tuple[str, ...] = ()
 
@@ -64,6 +65,7 @@ def run(ctx: Context) -> dict[str, Any]:
                              "a version must not read or load the problem's files",
                              location=f"{solution.path}:{node.lineno}")
     _check_forbidden(ctx, tree)
+    _check_shadowing(ctx, tree)
     return {"dsl": detect_dsl(tree), "lines": len(solution.source.splitlines()),
             "sha256": solution.sha256[:12]}
 
@@ -77,6 +79,22 @@ def _check_forbidden(ctx: Context, tree: ast.Module) -> None:
                              "compute the core operation in your own kernel instead of "
                              "delegating it to torch or a vendor library",
                              location=f"{ctx.solution.path}:{line}")
+
+
+def _check_shadowing(ctx: Context, tree: ast.Module) -> None:
+    """A file beside the version (or the version itself) named after a standard or installed
+    module the version imports: in the worker, `import triton` would find that file."""
+    for module, line in imported_modules(tree):
+        name = module.split(".")[0]
+        local = shadowing(name, ctx.solution.path.parent)
+        if local is not None:
+            where = ("the version's own name" if local.resolve() == ctx.solution.path.resolve()
+                     else f"{local.name} beside the version")
+            raise RungFailed("ShadowedModule",
+                             f"line {line} imports `{name}`, but {where} hides the real "
+                             f"`{name}` (the version's folder comes first on the worker's "
+                             "sys.path)",
+                             shadowing_hint(name, local), location=f"{ctx.solution.path}:{line}")
 
 
 def _problem_modules(ctx: Context) -> set[str]:

@@ -20,6 +20,9 @@ The sets travel as one small tarball (the GPU machine has no network):
         --levels 1 --limit 20 --wrong 5
 
 `run` writes its JSON after every problem, so an interrupted run keeps what it measured.
+GPU MODE's problems make their data on `cuda`; on a CPU they fail to load, saying so.
+`--cuda-as-cpu` runs a copy whose `"cuda"` literals read `"cpu"`: not the problems as they
+are, but a check of krung's handling of them on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -79,6 +82,18 @@ def unpacked(sets: Path, scratch: Path) -> Path:
         except TypeError:  # a Python without extraction filters
             tar.extractall(scratch)
     return scratch
+
+
+def cuda_as_cpu(root: Path) -> None:
+    """Rewrite the GPU MODE problems under `root` to make their data on the CPU."""
+    swaps = (('"cuda"', '"cpu"'), ("'cuda'", "'cpu'"), ('"cuda:0"', '"cpu"'),
+             (".cuda()", ".cpu()"), ("torch.cuda.synchronize()", "torch.cpu.synchronize()"))
+    for path in (root / GPUMODE).rglob("*.py"):
+        text = original = path.read_text()
+        for old, new in swaps:
+            text = text.replace(old, new)
+        if text != original:
+            path.write_text(text)
 
 
 # What to run.
@@ -476,6 +491,8 @@ def main() -> None:
     running.add_argument("--jobs", type=int, default=1, help="problems run at once")
     running.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     running.add_argument("--no-kernelbench-check", action="store_true")
+    running.add_argument("--cuda-as-cpu", action="store_true",
+                         help="GPU MODE problems rewritten to make their data on the CPU")
     running.add_argument("--out", type=Path, default=Path("problem_sets.json"))
     running.add_argument("--markdown", type=Path, default=None)
     checking = commands.add_parser("kbcheck", help="KernelBench's own check, one problem")
@@ -492,6 +509,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="krung-problem-sets-") as scratch:
         root = unpacked(args.sets, Path(scratch) / "sets")
+        if args.cuda_as_cpu:
+            if root == args.sets:  # never rewrite the checkout itself
+                root = Path(shutil.copytree(root, Path(scratch) / "sets"))
+            cuda_as_cpu(root)
         versions, store = Path(scratch) / "versions", Path(scratch) / "store" / "krung.db"
         levels = [f"level{n}" for n in args.levels.split(",") if n.strip() not in ("", "0")]
         jobs = kernelbench_jobs(root, levels, versions, args.wrong) if levels else []

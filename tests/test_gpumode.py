@@ -57,6 +57,71 @@ def test_wrong_submissions_fail_where_they_are_wrong(krung, problem, version, ru
     assert words in failed["error"]
 
 
+def reference_as_version(problem, tmp_path):
+    """The honest baseline GPU MODE's repository always has: the reference itself, with
+    `custom_kernel = ref_kernel` (a copy: a version must not import reference.py)."""
+    path = tmp_path / "honest" / f"{problem.name}.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text((problem / "reference.py").read_text() + "\n\ncustom_kernel = ref_kernel\n")
+    return path
+
+
+def test_output_buffers_are_found_where_the_reference_returns_a_new_tensor(krung, tmp_path):
+    """As pmpp_v2/prefixsum_py: the data carries a float32 buffer, the reference ignores it
+    and returns a new float64 tensor. The buffer is found (krung took it for an input and
+    rejected the problem: its contents are whatever the allocator had), and GPU MODE's own
+    submission, float32 written into it, passes: the problem's check decides what it takes."""
+    problem = GPUMODE / "prefixsum_py"
+    for version in (problem / "submission.py", reference_as_version(problem, tmp_path)):
+        result = krung("run", problem, version, "--rungs", CHECKS + ",determinism", "--json")
+        assert result.code == 0, result.stdout + result.stderr
+        rungs = {r["name"]: r for r in result.json()["rungs"]}
+        assert rungs["correctness"]["figures"]["passed"] == 5  # three declared, two unseen
+        assert rungs["determinism"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("version, rung, error_type, words", [
+    # the buffer half written: the poison shows in the other half
+    ("wrong_half_written", "run", "NonFinite", "NaN/Inf values where the reference is finite"),
+    # an exclusive scan: the problem's own check refuses it
+    ("wrong_exclusive", "correctness", "Mismatch", "the problem's own check failed"),
+])
+def test_wrong_prefix_sums_are_rejected(krung, version, rung, error_type, words):
+    problem = GPUMODE / "prefixsum_py"
+    result = krung("run", problem, problem / "solutions" / f"{version}.py", "--rungs", CHECKS,
+                   "--json")
+    assert result.code == 1, result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    assert (failed["name"], failed["error_type"]) == (rung, error_type)
+    assert words in failed["error"]
+
+
+def test_a_problem_nondeterministic_by_design_skips_the_determinism_check(krung):
+    """The reference draws noise from torch's global generator; its own check accepts any
+    output near the input. Correctness passes by the check, and determinism is skipped,
+    saying why, instead of failing every version."""
+    problem = GPUMODE / "dither_py"
+    result = krung("run", problem, problem / "submission.py", "--rungs", CHECKS + ",determinism",
+                   "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    assert rungs["correctness"]["status"] == "ok"
+    assert rungs["determinism"]["status"] == "skipped"
+    assert "the reference itself is nondeterministic by design" in rungs["determinism"]["reason"]
+
+
+def test_scale_shrinks_the_sizes_that_vary_among_the_cases(krung):
+    problem = GPUMODE / "vectoradd_py"
+    result = krung("run", problem, problem / "submission.py", "--rungs", CHECKS, "--json",
+                   env={"KRUNG_SCALE": "0.5"})
+    assert result.code == 0, result.stdout + result.stderr
+    run = result.json()
+    assert run["problem"] == "vectoradd_py@scale0.5"
+    assert run["env"]["scaled_sizes"] == {"size": "1..320 -> 1..160"}
+    cases = [row["case"] for row in run["rungs"][3]["figures"]["per_case"]]
+    assert cases[:2] == ["size=1", "size=64"]  # 127, 128 and 129 all become 64
+
+
 def test_a_patched_check_in_the_version_changes_nothing(krung):
     """The version imports reference.py under a disguised name and makes its
     check_implementation accept anything; the judge runs its own copy, and the output buffer
@@ -169,7 +234,8 @@ def test_files_task_yml_brings_from_elsewhere_are_importable(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("problem", ["vectoradd_py", "rowsoftmax_py", "matmul_py"])
+@pytest.mark.parametrize("problem", ["vectoradd_py", "rowsoftmax_py", "matmul_py", "prefixsum_py",
+                                     "dither_py"])
 def test_gpu_gpumode_submissions_pass(krung, problem):
     """Data made on the GPU travels by CUDA IPC: tuples, dicts, the column-major input of
     matmul (its submission refuses any other layout), the output buffer of vectoradd."""

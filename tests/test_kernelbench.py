@@ -133,6 +133,120 @@ def test_redraw_replaces_defaults_and_keeps_positive_ones_positive():
     assert float(after["0.weight"].abs().max()) <= bound
 
 
+def honest(problem, tmp_path):
+    """KernelBench's honest baseline: the problem's own source with `ModelNew = Model`."""
+    path = tmp_path / "honest" / f"{problem.stem}.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(problem.read_text() + "\n\nModelNew = Model\n")
+    return path
+
+
+def test_unseen_cases_move_the_constants_derived_from_a_size(krung, tmp_path):
+    """As level-1 95_CrossEntropyLoss: `input_shape = (num_classes,)`. An unseen case moves
+    num_classes, and the scores' width moves with it: the targets stay in range and the
+    reference runs (before, the case raised and was dropped without a word)."""
+    problem = KERNELBENCH / "5_CrossEntropy.py"
+    result = krung("run", problem, honest(problem, tmp_path), "--rungs", CHECKS, "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    correctness = result.json()["rungs"][3]["figures"]
+    assert correctness["unseen_cases"] == 1 and "unseen_skipped" not in correctness
+    declared, unseen = (row["case"] for row in correctness["per_case"])
+    assert declared == "batch_size=64,num_classes=40,dtype=float32"
+    assert unseen.endswith("(unseen)") and "num_classes=40," not in unseen
+    wrong = krung("run", problem, KERNELBENCH / "wrong" / "5_CrossEntropy.py", "--rungs", CHECKS,
+                  "--json")
+    failed = wrong.json()["rungs"][3]
+    assert wrong.code == 1 and failed["error_type"] == "Mismatch"
+    assert [c.endswith("(unseen)") for c in failed["figures"]["failed_cases"]] == [True]
+
+
+def test_an_unseen_case_the_problem_cannot_make_is_reported_skipped(krung, tmp_path):
+    """The row length must be even; an unseen case gets an odd one, the reference raises,
+    and the run says which case was skipped and why, where it said nothing before."""
+    problem = KERNELBENCH / "7_PairedRows.py"
+    result = krung("run", problem, honest(problem, tmp_path), "--rungs", CHECKS, "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    correctness = result.json()["rungs"][3]["figures"]
+    assert correctness["unseen_cases"] == 0
+    assert "the reference raised RuntimeError" in correctness["unseen_skipped"]
+    assert correctness["unseen_skipped"].startswith("batch_size=")
+    wrong = krung("run", problem, KERNELBENCH / "wrong" / "7_PairedRows.py", "--rungs", CHECKS,
+                  "--json")
+    assert wrong.code == 1 and wrong.json()["rungs"][3]["error_type"] == "Mismatch"
+
+
+def test_a_reference_that_disagrees_with_itself_is_named_nondeterministic(krung, tmp_path):
+    """Dropout in training mode (level-2 66_Matmul_Dropout_Softmax): no version can match,
+    the honest baseline included; the failure says why instead of a bare mismatch."""
+    problem = KERNELBENCH / "6_MatmulDropout.py"
+    result = krung("run", problem, honest(problem, tmp_path), "--rungs",
+                   CHECKS + ",determinism", "--json")
+    assert result.code == 1
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    failed = rungs["correctness"]
+    assert failed["error_type"] == "NondeterministicReference"
+    assert "the reference itself is nondeterministic: run twice on the same inputs" in \
+        failed["error"]
+    assert failed["figures"]["reference_nondeterministic"] is True
+    assert "dropout in training mode" in failed["hint"]
+    assert rungs["determinism"]["status"] == "skipped"
+
+
+def test_scale_runs_a_problem_at_smaller_sizes_under_its_own_name(krung, tmp_path):
+    """KRUNG_SCALE (the CLI's --scale) scales the module-level size constants, the derived
+    ones with them, and names the problem so its runs keep their own history."""
+    problem = KERNELBENCH / "5_CrossEntropy.py"
+    baseline = honest(problem, tmp_path)
+    result = krung("run", problem, baseline, "--rungs", CHECKS, "--json",
+                   env={"KRUNG_SCALE": "0.25"})
+    assert result.code == 0, result.stdout + result.stderr
+    run = result.json()
+    assert run["problem"] == "5_CrossEntropy@scale0.25"
+    assert run["env"]["scale"] == 0.25
+    assert run["env"]["scaled_sizes"] == {"batch_size": "64 -> 16", "num_classes": "40 -> 8",
+                                          "input_shape": "(40,) -> (8,)"}
+    assert run["rungs"][3]["figures"]["per_case"][0]["case"] == \
+        "batch_size=16,num_classes=8,dtype=float32"
+    full = krung("run", problem, baseline, "--rungs", CHECKS, "--json").json()
+    assert full["problem"] == "5_CrossEntropy" and full["parent"] is None
+    scaled = krung("history", f"{problem}@scale0.25", "--json").json()
+    assert [e["run_id"] for e in scaled] == [run["run_id"]]
+    bad = krung("run", problem, baseline, env={"KRUNG_SCALE": "2"})
+    assert bad.code == 2 and "the scale makes a problem smaller" in bad.stderr
+
+
+def test_scaling_keeps_the_model_buildable(tmp_path):
+    """Scaled too far a model cannot run (a pooling window larger than the image): the sizes
+    of get_inputs() alone are scaled then, and the run records which were kept."""
+    from krung.judge.problem.kernelbench import load_kernelbench
+
+    path = write(tmp_path / "8_Pool.py", """
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self, channels, window):
+                super().__init__()
+                self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+                self.pool = nn.AvgPool2d(window)
+            def forward(self, x):
+                return self.pool(self.conv(x))
+        batch_size = 40
+        channels = 16
+        window = 6  # too small to scale
+        size = 20  # 4 when scaled: smaller than the window
+        def get_inputs():
+            return [torch.randn(batch_size, channels, size, size)]
+        def get_init_inputs():
+            return [channels, window]
+    """)
+    problem = load_kernelbench(path, "fp32", 0.1)
+    assert problem.facts["scaled_sizes"] == {"batch_size": "40 -> 8"}
+    assert "scaling every size made the reference fail (RuntimeError" in \
+        problem.facts["scale_note"]
+    assert problem.facts["scale_note"].endswith("channels, size kept as declared")
+    assert problem.test_cases == [{"batch_size": 8, "size": 20, "dtype": "float32"}]
+
+
 def test_the_problem_file_stays_out_of_the_version(krung, version):
     sneaky = version("sneaky", """
         import importlib.util

@@ -24,6 +24,24 @@ def test_each_format_is_detected_by_its_files():
     assert "torch" not in set(sys.modules) - before  # parsed, never imported
 
 
+def test_history_names_carry_the_path_precision_and_scale(tmp_path):
+    from krung.judge.problem import history_name, parse_identity
+
+    relu = KERNELBENCH / "1_ReLU.py"
+    assert problem_name(relu, "bf16", 0.1) == "1_ReLU@bf16@scale0.1"
+    assert problem_name(GPUMODE / "vectoradd_py", None, 0.5) == "vectoradd_py@scale0.5"
+    assert history_name(str(relu)) == f"1_ReLU ({relu.resolve()})"
+    assert history_name(f"{relu}@bf16@scale0.1") == f"1_ReLU@bf16@scale0.1 ({relu.resolve()})"
+    assert parse_identity(history_name(f"{relu}@scale0.25")) == ("1_ReLU@scale0.25",
+                                                                 str(relu.resolve()))
+    assert history_name("1_ReLU@bf16") == "1_ReLU@bf16"  # a name, for the store to resolve
+    assert parse_identity("1_ReLU@bf16") == ("1_ReLU@bf16", None)
+    # a folder name that holds an @ stays whole
+    odd = tmp_path / "at@home"
+    odd.mkdir()
+    assert history_name(str(odd)) == f"at@home ({odd.resolve()})"
+
+
 def test_a_file_in_no_format_names_what_was_looked_for(tmp_path):
     almost = write(tmp_path / "almost.py", """
         import torch
@@ -66,7 +84,7 @@ def test_problems_of_every_format_are_listed(tmp_path):
     found = {p["name"]: p for p in krung.list_problems(tmp_path) if not p["builtin"]}
     assert {n: p["format"] for n, p in found.items()} == {
         "matmul_py": "gpumode", "rowsoftmax_py": "gpumode", "vectoradd_py": "gpumode",
-        "2_RowSoftmax": "kernelbench"}
+        "prefixsum_py": "gpumode", "dither_py": "gpumode", "2_RowSoftmax": "kernelbench"}
     assert found["vectoradd_py"]["description"].startswith("Add two float32 matrices")
     assert found["2_RowSoftmax"]["description"].startswith("Softmax over the last dimension")
 

@@ -11,8 +11,8 @@ from krung.protocol.errors import UsageError
 from krung.protocol.results import Run, RungResult, Status
 
 
-def make_run(problem="p", solution="/v.py") -> Run:
-    return Run(run_id="", problem=problem, problem_path="/p", solution=solution,
+def make_run(problem="p", solution="/v.py", path="/p") -> Run:
+    return Run(run_id="", problem=problem, problem_path=path, solution=solution,
                source_sha256="ab" * 32, source="def kernel(x):\n    return x\n", seed=7)
 
 
@@ -162,6 +162,37 @@ def test_the_previous_run_of_a_file_is_its_default_parent(tmp_path):
     assert store.previous_run("p", "/v.py") == second.run_id
     assert store.previous_run("p", "/w.py") == other.run_id
     assert store.previous_run("q", "/v.py") is None
+
+
+def test_problems_of_one_name_at_two_paths_keep_apart(tmp_path):
+    """`pmpp/vectoradd_py` and `pmpp_v2/vectoradd_py`, or the problems of two workspaces:
+    one name, two problems. Their history and parents keep apart; a bare name that belongs
+    to both asks for the path, and one that belongs to one still works (so do stores
+    written before, whose runs already carry their path)."""
+    from krung.judge.problem import identity
+
+    store = Store(tmp_path / "k.db")
+    old, new = "/ext/pmpp/vectoradd_py", "/ext/pmpp_v2/vectoradd_py"
+    runs = {path: [make_run("vectoradd_py", path=path) for _ in range(2)] for path in (old, new)}
+    for pair in zip(runs[old], runs[new], strict=True):
+        for run in pair:
+            run.parent = store.previous_run(run.problem, run.solution, run.problem_path)
+            store.begin(run, [])
+            store.finish(run)
+    for path, (first, second) in runs.items():
+        assert first.parent is None and second.parent == first.run_id
+        assert [r.run_id for r in store.history(identity("vectoradd_py", path))] == \
+            [second.run_id, first.run_id]
+    with pytest.raises(UsageError) as caught:
+        store.history("vectoradd_py")
+    assert "2 problems named vectoradd_py have runs" in caught.value.message
+    assert old in caught.value.message and new in caught.value.message
+    assert "give the problem's path" in caught.value.hint
+    only = make_run("matmul_py", path="/ext/pmpp/matmul_py")
+    store.begin(only, [])
+    store.finish(only)
+    assert [r.run_id for r in store.history("matmul_py")] == [only.run_id]
+    assert store.history(identity("matmul_py", "/elsewhere/matmul_py")) == []
 
 
 def test_calibrations_are_kept_by_key_and_replaced(tmp_path):

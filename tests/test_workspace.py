@@ -16,38 +16,38 @@ def test_default_workspace_holds_the_template_and_its_first_version_passes(krung
     made = krung("init", "silu_ws")
     assert made.code == 0, made.stderr
     ws = tmp_path / "silu_ws"
-    for name in ("problem/problem.py", "versions/v1.py", "AGENTS.md", "CLAUDE.md", ".mcp.json",
+    for name in ("silu_ws/problem.py", "versions/v1.py", "AGENTS.md", "CLAUDE.md", ".mcp.json",
                  "context/INDEX.md", ".gitignore"):
         assert (ws / name).is_file(), name
-    assert "next: cd silu_ws && krung run problem versions/v1.py" in made.stdout
+    assert "next: cd silu_ws && krung run silu_ws versions/v1.py" in made.stdout
 
     # The loop as AGENTS.md tells it, run from the workspace: the first version passes.
-    result = krung("run", "problem", "versions/v1.py", "--json", cwd=ws)
+    result = krung("run", "silu_ws", "versions/v1.py", "--json", cwd=ws)
     assert result.code == 0, result.stdout + result.stderr
     run = result.json()
-    assert run["ok"] and run["problem"] == "problem"
+    assert run["ok"] and run["problem"] == "silu_ws"
     assert [r["name"] for r in run["rungs"]] == ["static", "compile", "run", "correctness",
                                                  "determinism", "benchmark", "artifacts",
                                                  "roofline"]
     assert run["rungs"][0]["figures"]["dsl"] == "triton"
-    history = krung("history", "problem", "--json", cwd=ws)
+    history = krung("history", "silu_ws", "--json", cwd=ws)
     assert [r["run_id"] for r in history.json()] == [run["run_id"]]
 
 
 def test_agents_md_gives_the_loop_the_commands_and_the_rules(krung, tmp_path):
     assert krung("init", "ws", "--problem", "softmax").code == 0
     text = (tmp_path / "ws" / "AGENTS.md").read_text()
-    for command in ("krung run problem versions/v1.py --format agent",
-                    "krung run problem versions/v2.py --rungs static,compile,run,correctness",
-                    "krung history problem", "krung best problem", "krung show RUN",
-                    "krung run problem versions/v2.py --parent RUN_OF_V1 --format agent",
-                    "krung report problem -o report.html",
-                    "krung context search", "krung watch problem versions/v2.py",
+    for command in ("krung run softmax versions/v1.py --format agent",
+                    "krung run softmax versions/v2.py --rungs static,compile,run,correctness",
+                    "krung history softmax", "krung best softmax", "krung show RUN",
+                    "krung run softmax versions/v2.py --parent RUN_OF_V1 --format agent",
+                    "krung report softmax -o report.html",
+                    "krung context search", "krung watch softmax versions/v2.py",
                     "krung context add --package triton"):
         assert command in text, command
     for words in ("static -> compile -> run -> correctness -> determinism -> benchmark", "hint:",
                   "median_us", "ref_median_us / median_us", "interpreter", "cpu-wall",
-                  "Roofline", "verdict=at-roofline", "SuspectTime", "Nsight Compute", "Never edit anything under `problem/`",
+                  "Roofline", "verdict=at-roofline", "SuspectTime", "Nsight Compute", "Never edit anything under `softmax/`",
                   "torch.matmul", "Write each version as a new file",
                   "Re-check correctness for every version", "kernel(x)",
                   "[mcp_servers.krung]", ".cursor/mcp.json"):
@@ -67,7 +67,7 @@ def test_agents_md_gives_the_loop_the_commands_and_the_rules(krung, tmp_path):
 
 def test_builtin_problem_is_copied_without_its_solutions(krung, tmp_path):
     assert krung("init", "ws", "--problem", "rmsnorm").code == 0
-    problem = tmp_path / "ws" / "problem"
+    problem = tmp_path / "ws" / "rmsnorm"
     assert (problem / "problem.py").read_text() == (PROBLEMS / "rmsnorm" / "problem.py").read_text()
     assert not (problem / "solutions").exists()
     version = (tmp_path / "ws" / "versions" / "v1.py").read_text()
@@ -77,7 +77,7 @@ def test_builtin_problem_is_copied_without_its_solutions(krung, tmp_path):
 
 def test_triton_skeleton_compiles_and_its_first_call_says_what_to_fill_in(krung, tmp_path):
     assert krung("init", "ws", "--problem", "softmax").code == 0
-    result = krung("run", "problem", "versions/v1.py", "--rungs", "static,compile,run", "--json",
+    result = krung("run", "softmax", "versions/v1.py", "--rungs", "static,compile,run", "--json",
                    cwd=tmp_path / "ws")
     assert result.code == 1
     static, compile_, run = result.json()["rungs"]
@@ -96,7 +96,8 @@ def test_triton_skeleton_compiles_and_its_first_call_says_what_to_fill_in(krung,
     ("tilelang", "import tilelang.language as T"),
 ])
 def test_other_dsls_get_a_skeleton_that_parses_and_is_recognised(krung, tmp_path, dsl, imports):
-    for name, problem_args in (("template", ()), ("builtin", ("--problem", "matmul"))):
+    for name, problem_args, folder in (("template", (), "template"),
+                                       ("builtin", ("--problem", "matmul"), "matmul")):
         assert krung("init", name, "--dsl", dsl, *problem_args).code == 0
         source = (tmp_path / name / "versions" / "v1.py").read_text()
         compile(source, "v1.py", "exec")  # valid Python, whatever the DSL
@@ -104,7 +105,7 @@ def test_other_dsls_get_a_skeleton_that_parses_and_is_recognised(krung, tmp_path
         doc = ast.get_docstring(tree)
         assert "How it runs" in doc and "What krung checks" in doc
         assert imports in source
-        static = krung("run", "problem", "versions/v1.py", "--rungs", "static", "--json",
+        static = krung("run", folder, "versions/v1.py", "--rungs", "static", "--json",
                        cwd=tmp_path / name)
         assert static.code == 0, static.stdout + static.stderr
         assert static.json()["rungs"][0]["figures"]["dsl"] == dsl
@@ -119,7 +120,7 @@ def test_from_path_copies_a_problem_directory(krung, tmp_path, scale_problem):
     made = krung("init", "ws", "--from", scale_problem)
     assert made.code == 0, made.stderr
     assert "copy of" in made.stdout
-    problem = tmp_path / "ws" / "problem"
+    problem = tmp_path / "ws" / "scale"
     assert (problem / "problem.py").is_file() and (problem / "helpers.py").is_file()
     assert not (problem / "solutions").exists()
 
@@ -155,3 +156,28 @@ def test_reference_signature_is_read_without_importing(tmp_path):
     assert reference_signature(path) == "q, k, v, *rest"
     path.write_text("reference = print\n")
     assert reference_signature(path) == "*inputs"
+
+
+def test_workspaces_name_their_problem_and_keep_their_runs_apart(krung, tmp_path):
+    """Two workspaces of one problem share a store: each run is recorded under the problem's
+    name and the path it ran from, so their histories stay apart, and the bare name asks
+    which one is meant."""
+    for ws in ("one", "two"):
+        assert krung("init", ws, "--problem", "vector_add").code == 0
+        assert (tmp_path / ws / "vector_add" / "problem.py").is_file()
+        assert not (tmp_path / ws / "problem").exists()
+    version = PROBLEMS / "vector_add" / "solutions" / "triton_blocked.py"
+    ran = {}
+    for ws in ("one", "two"):
+        result = krung("run", "vector_add", version, "--rungs", "static,compile,run", "--json",
+                       cwd=tmp_path / ws)
+        assert result.code == 0, result.stdout + result.stderr
+        ran[ws] = result.json()
+        assert ran[ws]["problem"] == "vector_add" and ran[ws]["parent"] is None
+    for ws in ("one", "two"):
+        history = krung("history", "vector_add", "--json", cwd=tmp_path / ws)
+        assert [r["run_id"] for r in history.json()] == [ran[ws]["run_id"]]
+    ambiguous = krung("history", "vector_add", "--json", cwd=tmp_path)
+    assert ambiguous.code == 2
+    assert "2 problems named vector_add have runs" in ambiguous.stderr
+    assert str(tmp_path / "one" / "vector_add") in ambiguous.stderr

@@ -43,8 +43,8 @@ def init(
               markup=False)
     for path in made.files:
         out.print(f"  {path.relative_to(made.path)}", markup=False)
-    out.print(f"next: cd {made.path} && krung run problem versions/{made.first_version.name}",
-              markup=False)
+    out.print(f"next: cd {made.path} && krung run {made.problem.name} "
+              f"versions/{made.first_version.name}", markup=False)
     out.print("      (AGENTS.md is the guide, for agents and people alike)", markup=False)
 
 

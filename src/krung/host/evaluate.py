@@ -74,7 +74,8 @@ def evaluate(
     names = select(rungs)
     owned = not isinstance(store, Store)
     db = store if isinstance(store, Store) else Store(store or settings.store)
-    run = Run(run_id="", problem=problem_name(problem_dir, precision), problem_path=str(problem_dir),
+    run = Run(run_id="", problem=problem_name(problem_dir, precision, settings.scale),
+              problem_path=str(problem_dir),
               solution=str(version.path), source_sha256=version.sha256, source=version.source,
               seed=seed if seed is not None else secrets.randbits(63))
     try:
@@ -99,7 +100,7 @@ def evaluate(
 
 def _parent(db: Store, named: str | None, run: Run) -> str | None:
     if named is None:
-        return db.previous_run(run.problem, run.solution)
+        return db.previous_run(run.problem, run.solution, run.problem_path)
     found = db.get(named)
     if found.problem != run.problem:
         raise UsageError(f"run {found.run_id} is of problem {found.problem}, not {run.problem}",

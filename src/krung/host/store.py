@@ -202,18 +202,47 @@ class Store:
         return self._run(rows[0])
 
     def history(self, problem: str, limit: int = 100) -> list[Run]:
+        """The runs of one problem, newest first. `problem` is a name with the path it was
+        run from (`krung.judge.problem.identity`, what `history_name` gives for a path), or
+        a bare name, which must belong to one problem's path in this store."""
+        name, path = self.resolve(problem)
         rows = self._db.execute(
-            "SELECT * FROM runs WHERE problem=? ORDER BY started_at DESC, rowid DESC LIMIT ?",
-            (problem, limit)).fetchall()
+            "SELECT * FROM runs WHERE problem=? AND (? IS NULL OR problem_path=?) "
+            "ORDER BY started_at DESC, rowid DESC LIMIT ?", (name, path, path, limit)).fetchall()
         return [self._run(row) for row in rows]
 
-    def previous_run(self, problem: str, solution: str) -> str | None:
-        """The id of the newest finished run of this version file on this problem: the
-        parent a new run of the file gets when none is named. A run still in flight (or
-        killed before it finished) has no finish time and is never chosen."""
+    def resolve(self, problem: str) -> tuple[str, str | None]:
+        """(name, path) of the problem `problem` means here. A problem is its name and the
+        path it was run from, so `pmpp/vectoradd_py` and `pmpp_v2/vectoradd_py`, or two
+        workspaces' `problem`, keep apart; a bare name shared by problems at several paths
+        is a UsageError naming them."""
+        from krung.judge.problem import identity, parse_identity
+
+        name, path = parse_identity(problem)
+        if path is not None:
+            return name, path
+        paths = self._db.execute(
+            "SELECT problem_path, COUNT(*) AS runs FROM runs WHERE problem=? "
+            "GROUP BY problem_path ORDER BY MAX(started_at) DESC", (name,)).fetchall()
+        if len(paths) > 1:
+            listed = "; ".join(f"{row['problem_path']} ({row['runs']} runs)" for row in paths)
+            raise UsageError(f"{len(paths)} problems named {name} have runs in {self.path}: "
+                             f"{listed}",
+                             hint=f"give the problem's path instead of its name, e.g. "
+                                  f"{paths[0]['problem_path']} (an identity such as "
+                                  f"'{identity(name, paths[0]['problem_path'])}' works too)")
+        return name, (paths[0]["problem_path"] if paths else None)
+
+    def previous_run(self, problem: str, solution: str,
+                     problem_path: str | None = None) -> str | None:
+        """The id of the newest finished run of this version file on this problem (its name,
+        and its path when given): the parent a new run of the file gets when none is named.
+        A run still in flight (or killed before it finished) has no finish time and is never
+        chosen."""
         row = self._db.execute(
             "SELECT run_id FROM runs WHERE problem=? AND solution=? AND finished_at IS NOT NULL "
-            "ORDER BY started_at DESC, rowid DESC LIMIT 1", (problem, solution)).fetchone()
+            "AND (? IS NULL OR problem_path=?) ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            (problem, solution, problem_path, problem_path)).fetchone()
         return row["run_id"] if row else None
 
     def children(self, run_id: str) -> list[str]:

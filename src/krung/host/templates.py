@@ -41,7 +41,7 @@ outputs have the reference's count, dtype, shape and device), correctness (every
 fresh random inputs with several seeds, within the problem's tolerance) and benchmark (this
 version and the reference, timed the same way; speedup = reference time / this version's).
 
-Run it from the workspace: krung run problem versions/v1.py --format agent"""
+Run it from the workspace: krung run {{problem_dir}} versions/v1.py --format agent"""
 
 SKELETON_ENTRY = '''\
 def kernel({{signature}}):
@@ -315,7 +315,7 @@ directory, the one holding this file: the runs are stored in `.krung/krung.db` h
 
 ## What is here
 
-- `problem/problem.py`: the problem. `reference(...)` is the slow, clear definition your
+- `{{problem_dir}}/problem.py`: the problem. `reference(...)` is the slow, clear definition your
   kernel must match; `make_inputs(case, seed, device)` makes random inputs; `test_cases` are
   the sizes checked for correctness (awkward ones on purpose), `bench_cases` the sizes timed;
   `flops(case)` and `bytes_moved(case)` are the minimum work, for the roofline. Read it first.
@@ -330,26 +330,26 @@ directory, the one holding this file: the runs are stored in `.krung/krung.db` h
 
 ## The loop
 
-1. Read `problem/problem.py`, then `versions/v1.py`.
+1. Read `{{problem_dir}}/problem.py`, then `versions/v1.py`.
 2. Check a version (every rung, recorded):
 
-       krung run problem versions/v1.py --format agent
+       krung run {{problem_dir}} versions/v1.py --format agent
 
 3. Read the result (next section). If a rung failed, fix the cause in a new version file.
 4. Once a version passes every rung, make it faster: write the next file (`versions/v2.py`,
    `versions/v3.py`, ...), one idea at a time, and run each one the same way, naming the run
    it builds on, so the history is a tree you can walk back:
 
-       krung run problem versions/v2.py --parent RUN_OF_V1 --format agent
+       krung run {{problem_dir}} versions/v2.py --parent RUN_OF_V1 --format agent
 
    Every version climbs the correctness rungs again; a fast kernel that is wrong is worth
    nothing, so never report or build on a version whose correctness rung did not pass.
 5. Compare versions:
 
-       krung history problem      # every run, newest first: verdict, time, speedup, % of roofline, parent
-       krung best problem         # the fastest version that passed every rung (--by roofline)
+       krung history {{problem_dir}}      # every run, newest first: verdict, time, speedup, % of roofline, parent
+       krung best {{problem_dir}}         # the fastest version that passed every rung (--by roofline)
        krung show RUN             # one run again (its id, or a unique prefix), --source for its code
-       krung report problem -o report.html   # one HTML page: roofline chart, timeline, every version
+       krung report {{problem_dir}} -o report.html   # one HTML page: roofline chart, timeline, every version
 
 6. Find out why it is slow: artifacts, profile and roofline (below), then back to 4. Stop
    when the roofline rung says `verdict=at-roofline`: then only less work can help.
@@ -357,12 +357,12 @@ directory, the one holding this file: the runs are stored in `.krung/krung.db` h
 While fixing a failure, leave the benchmark out to get answers sooner, then run the whole
 ladder again before you count the version:
 
-    krung run problem versions/v2.py --rungs static,compile,run,correctness --format agent
+    krung run {{problem_dir}} versions/v2.py --rungs static,compile,run,correctness --format agent
 
 Other forms:
 
-    krung run problem versions/v2.py --json    # the whole run as one JSON object
-    krung watch problem versions/v2.py         # again on every save (for a person at a terminal)
+    krung run {{problem_dir}} versions/v2.py --json    # the whole run as one JSON object
+    krung watch {{problem_dir}} versions/v2.py         # again on every save (for a person at a terminal)
     krung context search "tl.dot" --max 20     # search context/ (file:line: text)
 
 ## Reading a result
@@ -429,7 +429,7 @@ The rungs, in order: {{rungs}}. Each prints one line when it finishes:
 
 ## Rules
 
-- Never edit anything under `problem/`: not the reference, the inputs, the cases, the
+- Never edit anything under `{{problem_dir}}/`: not the reference, the inputs, the cases, the
   tolerance or the work counts. A version must not import the problem or call its reference
   (the static rung fails it).
 - Write the kernel yourself, in {{dsl_short}}. Do not hand the core operation to torch,
@@ -456,5 +456,5 @@ For Cursor, copy `.mcp.json` to `.cursor/mcp.json`. The command is the Python kr
 installed under (`python -m krung mcp`), so the server starts whether or not `krung` is on the
 agent's PATH.
 
-Start the agent in this directory, so the server finds `problem/`, `versions/` and the store.
+Start the agent in this directory, so the server finds `{{problem_dir}}/`, `versions/` and the store.
 """

@@ -1,6 +1,8 @@
 """`krung init DIR`: a kernel workspace for a person or a coding agent.
 
-    DIR/problem/problem.py   the problem (a built-in one, a copy of a directory, or the template)
+    DIR/NAME/problem.py      the problem (a built-in one, a copy of a directory, or the
+                             template), in a folder named after it: runs record the
+                             problem by that name (and its path)
     DIR/versions/v1.py       a first version in the chosen DSL
     DIR/AGENTS.md            the loop, the exact commands, how to read results, the rules
     DIR/CLAUDE.md            points Claude Code at AGENTS.md
@@ -36,7 +38,6 @@ from krung.judge.problem import (
 from krung.protocol.errors import UsageError
 
 DSLS = tuple(templates.DSL_NAMES)
-PROBLEM_DIR = "problem"
 VERSIONS_DIR = "versions"
 FIRST_VERSION = "v1.py"
 # Left behind when a problem directory is copied: example versions would give the answer
@@ -67,15 +68,16 @@ def init_workspace(directory: str | Path, *, problem: str | None = None,
     _check_empty(target)
     source_dir = _source_problem(problem, from_path)
 
-    problem_dir = target / PROBLEM_DIR
     if source_dir is None:
         name = target.resolve().name
         title = name if name.isidentifier() else "my_kernel"
+        problem_dir = target / problem_folder(title)
         problem_dir.mkdir(parents=True)
         (problem_dir / PROBLEM_FILE).write_text(TEMPLATE_PROBLEM.format(name=title))
         source = "the template (SiLU; edit it into your operation)"
     else:
         title = source_dir.name
+        problem_dir = target / problem_folder(title)
         target.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source_dir, problem_dir, ignore=shutil.ignore_patterns(*_NOT_COPIED))
         builtin = source_dir.parent == builtin_dir().resolve()
@@ -86,12 +88,13 @@ def init_workspace(directory: str | Path, *, problem: str | None = None,
     working = source_dir is None  # the template's SiLU is what the example kernels compute
     version = target / VERSIONS_DIR / FIRST_VERSION
     version.parent.mkdir(parents=True)
-    version.write_text(_first_version(dsl, title, signature, working))
+    version.write_text(_first_version(dsl, title, signature, working, problem_dir.name))
 
     description = read_description(problem_file) or f"compute what `reference` in {title} does"
     files = [problem_file, version]
     for name, text in (
-        ("AGENTS.md", _agents_md(title, dsl, signature, description, working)),
+        ("AGENTS.md", _agents_md(title, dsl, signature, description, working,
+                                 problem_dir.name)),
         ("CLAUDE.md", templates.CLAUDE_MD),
         (".mcp.json", templates.mcp_json(krung_command())),
         (".gitignore", templates.GITIGNORE),
@@ -108,6 +111,15 @@ def krung_command() -> list[str]:
     `-m krung`. A bare `krung` starts only where its bin directory is on PATH, which a venv's
     is not unless activated."""
     return [sys.executable, "-m", "krung"] if sys.executable else ["krung"]
+
+
+def problem_folder(title: str) -> str:
+    """The folder the workspace keeps its problem in: the problem's own name, so its runs
+    are recorded under that name (every workspace's `problem` would read alike), unless the
+    name is taken by the workspace's own files."""
+    taken = {VERSIONS_DIR, "context", ".krung", "AGENTS.md", "CLAUDE.md", ".mcp.json",
+             ".gitignore"}
+    return f"{title}_problem" if title in taken else title
 
 
 def reference_signature(problem_file: Path) -> str:
@@ -169,7 +181,8 @@ def _native(found: Path, spec: str | Path) -> Path:
     return found
 
 
-def _first_version(dsl: str, title: str, signature: str, working: bool) -> str:
+def _first_version(dsl: str, title: str, signature: str, working: bool,
+                   problem_dir: str) -> str:
     if working:
         entry = templates.WORKING_ENTRY
         where = ("on a GPU, or under the interpreter without one" if dsl == "triton"
@@ -183,10 +196,12 @@ def _first_version(dsl: str, title: str, signature: str, working: bool) -> str:
                  "raises NotImplementedError\nuntil then. Write your first kernel as "
                  "versions/v2.py, starting from this file.\n")
     return templates.fill(templates.VERSIONS[dsl], title=title, signature=signature,
-                          state=state, checks=templates.CHECKS, entry=entry)
+                          state=state, entry=entry,
+                          checks=templates.fill(templates.CHECKS, problem_dir=problem_dir))
 
 
-def _agents_md(title: str, dsl: str, signature: str, description: str, working: bool) -> str:
+def _agents_md(title: str, dsl: str, signature: str, description: str, working: bool,
+               problem_dir: str) -> str:
     if working and dsl == "triton":
         v1_state = ("a working first version: it passes every rung. Run it first, then make it "
                     "faster.")
@@ -202,7 +217,8 @@ def _agents_md(title: str, dsl: str, signature: str, description: str, working: 
             "tensor(s) with the count, dtype, shape and device of the reference's outputs, "
             f"computed by your own kernel in {templates.DSL_SHORT[dsl]}.")
     return templates.fill(
-        templates.AGENTS_MD, title=title, dsl_name=templates.DSL_NAMES[dsl],
+        templates.AGENTS_MD, title=title, problem_dir=problem_dir,
+        dsl_name=templates.DSL_NAMES[dsl],
         dsl_short=templates.DSL_SHORT[dsl], context_hint=templates.CONTEXT_HINTS[dsl],
         v1_state=textwrap.fill(f"`versions/v1.py` is {v1_state}", width=96,
                                initial_indent="  ", subsequent_indent="  "),

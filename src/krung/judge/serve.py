@@ -47,7 +47,7 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
                 from krung.worker.timing import warm_profiler
 
                 warm_profiler()
-        problem = load_problem(Path(request["problem"]), request.get("precision"))
+        problem = load_problem(Path(request["problem"]), request.get("precision"), settings.scale)
         settings = _capped(settings, problem)
         if problem.setup is not None:  # e.g. KernelBench: the reference model's weights
             problem.setup(derive_seed(int(request["seed"]), "setup"), device)

@@ -38,8 +38,8 @@ class Verdict:
 
 def judge_outputs(problem: Problem, inputs: tuple, outputs: list, expected: list,
                   returned_tuple: bool, device: str) -> Verdict:
-    comparisons = [compare(out, ref, tolerance.resolve(_dtype(ref), problem.tolerance))
-                   for out, ref in zip(outputs, expected, strict=True)]
+    comparisons = [_compare(out, ref, problem) for out, ref in zip(outputs, expected,
+                                                                  strict=True)]
     for index, result in enumerate(comparisons):
         decisive = not result.passed if problem.tolerance_decides else result.figures.get(
             "nonfinite", 0) > 0
@@ -58,6 +58,15 @@ def judge_outputs(problem: Problem, inputs: tuple, outputs: list, expected: list
     index = next((i for i, c in enumerate(comparisons) if not c.passed), 0)
     reason = "the problem's own check failed" + (f": {message}" if message else "")
     return Verdict(False, comparisons, reason, index, check_message=message or "failed")
+
+
+def _compare(out: Any, ref: Any, problem: Problem) -> Comparison:
+    """krung's metrics for one output; an output of another shape (which only a problem
+    whose own check decides may return) has none, and the check judges it."""
+    if tuple(out.shape) != tuple(ref.shape):
+        return Comparison(False, {"elements": ref.numel()},
+                          f"shape {tuple(out.shape)}, the reference's {tuple(ref.shape)}")
+    return compare(out, ref, tolerance.resolve(_dtype(ref), problem.tolerance))
 
 
 def _dtype(tensor: Any) -> str:

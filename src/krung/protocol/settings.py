@@ -57,6 +57,10 @@ _SETTINGS = {
     "compiled_baseline": Setting("KRUNG_COMPILED_BASELINE", "1 to time torch.compile(reference) "
                                                             "too in the benchmark rung and give "
                                                             "the speedup against it"),
+    "scale": Setting("KRUNG_SCALE", "a factor in (0, 1] for a problem's sizes: 0.1 runs "
+                                    "KernelBench's size constants and the varying sizes of "
+                                    "GPU MODE's cases at a tenth, so the CPU loop works on "
+                                    "them; runs record it and name the problem NAME@scale0.1"),
     "roofline_threshold_pct": Setting("KRUNG_ROOFLINE_THRESHOLD",
                                       "% of the binding roofline ceiling a bench case must "
                                       "reach to count as at the roofline (at most 100)"),
@@ -81,6 +85,7 @@ class Settings:
     profile_set: str = "fast"
     roofline_threshold_pct: float = 90.0
     compiled_baseline: bool = False
+    scale: float = 1.0
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -123,6 +128,9 @@ def _parse(name: str, source: str, raw: object) -> object:
             if name == "roofline_threshold_pct" and value > 100:  # type: ignore[operator]
                 raise UsageError(f"{source}={raw!r} is above 100%",
                                  hint=f"set {source} to a percentage in (0, 100], e.g. 90")
+            if name == "scale" and value > 1:  # type: ignore[operator]
+                raise UsageError(f"{source}={raw!r} is above 1: the scale makes a problem "
+                                 "smaller", hint=f"set {source} to a factor in (0, 1], e.g. 0.1")
             return value
     except (TypeError, ValueError):
         raise UsageError(

@@ -159,7 +159,7 @@ def receive(result: dict[str, Any], job: Job, store: Store, where: str) -> Run:
     run.solution = str(read_solution(job.solution).path)
     run.env = {**run.env, "evaluated_on": where}
     if run.parent is None:  # the remote store was fresh: the parent is found here
-        run.parent = store.previous_run(run.problem, run.solution)
+        run.parent = store.previous_run(run.problem, run.solution, run.problem_path)
     store.import_run(run)
     folder = store.artifacts_dir(run.run_id)
     for name, data in result.get("files", {}).items():

@@ -70,6 +70,13 @@ class Problem:
     facts: dict[str, Any] = field(default_factory=dict)  # recorded with the run (env)
     _cpu: Any = field(default=None, init=False, repr=False, compare=False)  # CpuCases, once
 
+    @property
+    def check_decides_outputs(self) -> bool:
+        """The problem's own check decides which outputs it accepts (GPU MODE's: another
+        dtype may pass it); krung's output contract then asks only what the check cannot
+        see."""
+        return self.check is not None and not self.tolerance_decides
+
     def writable_leaves(self, inputs: tuple) -> set[int]:
         """The output buffers among these inputs (none unless the format passes some)."""
         return self.writable(inputs) if self.writable else set()
@@ -184,23 +191,59 @@ def detect_format(path: Path) -> str:
     return GPUMODE
 
 
-def problem_name(path: Path, precision: str | None = None) -> str:
+SCALE_MARK = "scale"  # `1_ReLU@scale0.1`: a run at a tenth of the declared sizes
+
+
+def problem_name(path: Path, precision: str | None = None, scale: float = 1.0) -> str:
     """How runs name a problem: its directory's name, or a KernelBench file's stem; a
-    KernelBench precision other than fp32 is part of the name (`1_ReLU@bf16`), so runs at
-    each precision keep their own history, parents and best."""
+    KernelBench precision other than fp32 is part of the name (`1_ReLU@bf16`), and so is a
+    scale other than 1 (`1_ReLU@scale0.1`), so runs at each precision and size keep their
+    own history, parents and best. (The store tells problems of one name apart by their
+    path: krung.host.store.)"""
     name = path.stem if path.is_file() else path.name
-    return f"{name}@{precision}" if precision and precision != "fp32" else name
+    if precision and precision != "fp32":
+        name += f"@{precision}"
+    if scale != 1:
+        name += f"@{SCALE_MARK}{scale:g}"
+    return name
 
 
 def history_name(spec: str) -> str:
-    """The name runs of `spec` are recorded under: a problem's path gives its name (a
-    directory's name, a KernelBench file's stem), `PATH@bf16` adds the precision; anything
-    else is taken as the name itself (`1_ReLU@bf16`)."""
-    base, at, precision = spec.rpartition("@")
-    path = Path(base if at else spec)
-    if path.is_dir() or path.is_file():
-        return problem_name(path.resolve(), precision if at else None)
-    return spec
+    """The problem runs of `spec` are recorded under, as the store looks it up: a problem's
+    path gives its name and its path (`vectoradd_py (/work/pmpp_v2/vectoradd_py)`), and
+    `PATH@bf16`, `PATH@scale0.1` add the precision and scale; anything else is taken as a
+    name (`1_ReLU@bf16`), which the store resolves when one problem has it."""
+    base, qualifiers = spec, []
+    while not Path(base).exists() and "@" in base:
+        base, _, qualifier = base.rpartition("@")
+        qualifiers.insert(0, qualifier)
+    path = Path(base)
+    if not (path.is_dir() or path.is_file()):
+        return spec
+    precision, scale = None, 1.0
+    for qualifier in qualifiers:
+        if qualifier.startswith(SCALE_MARK):
+            try:
+                scale = float(qualifier.removeprefix(SCALE_MARK))
+            except ValueError:
+                return spec
+        else:
+            precision = qualifier
+    resolved = path.resolve()
+    return identity(problem_name(resolved, precision, scale), str(resolved))
+
+
+def identity(name: str, path: str) -> str:
+    """One problem's key in the store: its name and the path it was run from."""
+    return f"{name} ({path})"
+
+
+def parse_identity(key: str) -> tuple[str, str | None]:
+    """(name, path) from `identity`'s form, (name, None) from a bare name."""
+    if key.endswith(")") and " (" in key:
+        name, _, path = key[:-1].partition(" (")
+        return name, path
+    return key, None
 
 
 def kernelbench_missing(path: Path) -> list[str]:
@@ -228,9 +271,10 @@ def precision_dtype(precision: str | None) -> str | None:
     return PRECISIONS[precision]
 
 
-def load_problem(path: Path, precision: str | None = None) -> Problem:
-    """Import and validate a problem in its format; raises ProblemError listing every defect,
-    UsageError when `precision` is given for a format that does not take one."""
+def load_problem(path: Path, precision: str | None = None, scale: float = 1.0) -> Problem:
+    """Import and validate a problem in its format, at `scale` times its declared sizes
+    (krung.judge.problem.scale); raises ProblemError listing every defect, UsageError when
+    `precision` is given for a format that does not take one."""
     kind = detect_format(path)
     if precision is not None and kind != KERNELBENCH:
         raise UsageError(f"--precision applies to KernelBench problems; {path} is in "
@@ -239,11 +283,17 @@ def load_problem(path: Path, precision: str | None = None) -> Problem:
     if kind == KERNELBENCH:
         from krung.judge.problem.kernelbench import load_kernelbench
 
-        return load_kernelbench(path, precision or "fp32")
+        return load_kernelbench(path, precision or "fp32", scale)
     if kind == GPUMODE:
         from krung.judge.problem.gpumode import load_gpumode
 
-        return load_gpumode(path)
-    from krung.judge.problem.native import load_native
+        problem = load_gpumode(path)
+    else:
+        from krung.judge.problem.native import load_native
 
-    return load_native(path)
+        problem = load_native(path)
+    if scale != 1:
+        from krung.judge.problem.scale import scale_problem_cases
+
+        scale_problem_cases(problem, scale)
+    return problem

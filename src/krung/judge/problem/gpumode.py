@@ -14,8 +14,14 @@ What krung adds to GPU MODE's own evaluation:
   metrics are reported beside it;
 - output buffers handed in with the data (the `torch.empty` outputs of a tuple such as
   `(a, b, c)`) are found by running the reference on a copy and seeing which tensors it
-  wrote; they are poisoned before every checked call (an element the version does not write
-  shows as NaN), and every other tensor of the data must come back unchanged;
+  wrote, or, where it returns new tensors instead (pmpp's prefixsum), which tensors of an
+  output's size it ignores (poisoned, its answer keeps every bit); they are poisoned before
+  every checked call (an element the version does not write shows as NaN), and every other
+  tensor of the data must come back unchanged;
+- the problem's own check decides which outputs it accepts: GPU MODE's submissions may
+  return another dtype (float32 written into a float32 buffer where the reference returns
+  float64), and krung's contract adds only what the check cannot see (a plain tensor, on
+  the device, as many outputs as the reference's);
 - unseen cases move the declared sizes to neighbours that keep the power-of-two factor every
   declared size of that key shares (sizes that are all multiples of 64 stay so), and leave
   alone keys that never vary;
@@ -178,15 +184,38 @@ class GpuModeSource:
         return self.module.ref_kernel(data)
 
     def writable(self, inputs: tuple) -> set[int]:
-        """The tensors of the data that ref_kernel writes: output buffers, found once per
-        layout of the data by running the reference on a copy."""
+        """The output buffers among the data's tensors, found once per layout of the data:
+        those ref_kernel writes (run on a copy), and those of an output's size whose
+        contents it ignores (where it returns new tensors and leaves the buffer alone)."""
         layout = _layout(inputs)
         if layout not in self.buffers:
             copy = tree.clone(inputs)
-            self.module.ref_kernel(copy[0])
-            self.buffers[layout] = {i for i, (a, b) in enumerate(
+            answer = tree.leaves(self.module.ref_kernel(copy[0]))
+            written = {i for i, (a, b) in enumerate(
                 zip(tree.leaves(inputs), tree.leaves(copy), strict=True)) if not _same(a, b)}
+            sizes = {t.numel() for t in answer}
+            ignored = {i for i, t in enumerate(tree.leaves(inputs))
+                       if i not in written and t.numel() in sizes
+                       and self._ignores(inputs, i, answer)}
+            self.buffers[layout] = written | ignored
         return self.buffers[layout]
+
+    def _ignores(self, inputs: tuple, index: int, answer: list) -> bool:
+        """Whether the reference's answer keeps every bit with the index-th tensor poisoned:
+        then that tensor is no input of the computation, only room for its output."""
+        def poison(i: int, tensor: Any) -> Any:
+            copy = tensor.clone()
+            if i == index:
+                copy.untyped_storage().fill_(0xFF)  # NaN in floats, -1 in integers
+            return copy
+
+        try:
+            again = tree.leaves(self.module.ref_kernel(tree.map_leaves(poison, inputs)[0]))
+        except Exception:  # the reference reads it, and chokes on the poison
+            return False
+        return len(again) == len(answer) and all(
+            a.shape == b.shape and a.dtype == b.dtype and _same(a, b)
+            for a, b in zip(answer, again, strict=True))
 
     def check(self, inputs: tuple, output: Any) -> tuple[bool, str]:
         return _outcome(self.module.check_implementation(inputs[0], output))

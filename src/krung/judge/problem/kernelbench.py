@@ -14,19 +14,23 @@ to the device. The tolerance is KernelBench's for the precision (fp32 1e-4, fp16
 precisions.
 
 Module-level sizes that only shape `get_inputs()` (a `batch_size` that neither
-`get_init_inputs()` nor Model reads) are the case's sizes, so krung's unseen cases move them
-to awkward neighbours: a ModelNew that hard-codes the declared shape fails there.
+`get_init_inputs()` nor Model reads, directly or through a constant derived from it) are the
+case's sizes, so krung's unseen cases move them to awkward neighbours, and the constants
+derived from them move along (krung.judge.problem.sizes): a ModelNew that hard-codes the
+declared shape fails there. `--scale` runs the problem at smaller sizes
+(krung.judge.problem.scale).
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from krung.judge.problem import KERNELBENCH, PRECISIONS, Problem, case_label
 from krung.judge.problem.native import import_problem_file
+from krung.judge.problem.scale import scaled_value
+from krung.judge.problem.sizes import Constants
 from krung.protocol import tree
 from krung.protocol.errors import ProblemError
 
@@ -39,12 +43,16 @@ ENTRY_DOC = ("a version is one .py file defining `class ModelNew(torch.nn.Module
              "import the problem")
 
 
-def load_kernelbench(path: Path, precision: str) -> Problem:
+def load_kernelbench(path: Path, precision: str, scale: float = 1.0) -> Problem:
     module = import_problem_file(path, f"krung_problem_{path.stem}", path)
     defects = check_structure(module)
     if defects:
         raise ProblemError(str(path), defects)
-    source = KernelBenchSource(module, path, precision)
+    constants = Constants(path, module)
+    facts: dict[str, Any] = {"precision": precision}
+    if scale != 1:
+        facts.update(scale_constants(constants, scale))
+    source = KernelBenchSource(module, path, precision, constants)
     case = {**source.sizes, "dtype": source.dtype}
     problem = Problem(
         name=path.stem, path=path, reference=source.forward, make_inputs=source.make_inputs,
@@ -53,7 +61,7 @@ def load_kernelbench(path: Path, precision: str) -> Problem:
         tolerance={"atol": TOLERANCE[precision], "rtol": TOLERANCE[precision]},
         description=_description(module), format=KERNELBENCH,
         entry={"kind": "module", "name": ENTRY_CLASS}, entry_doc=ENTRY_DOC,
-        reference_code=module.Model, facts={"precision": precision},
+        reference_code=module.Model, facts=facts,
     )
     problem.setup = lambda seed, device: source.setup(problem, seed, device)
     return problem
@@ -80,11 +88,12 @@ def check_structure(module: ModuleType) -> list[tuple[str, str]]:
 class KernelBenchSource:
     """The problem module, its reference model once built, and the sizes cases may move."""
 
-    def __init__(self, module: ModuleType, path: Path, precision: str):
+    def __init__(self, module: ModuleType, path: Path, precision: str, constants: Constants):
         self.module = module
         self.path = path
         self.dtype = PRECISIONS[precision]
-        self.sizes = input_sizes(path, module)
+        self.constants = constants
+        self.sizes = case_sizes(constants)
         self.model: Any = None
         self.input_bytes: dict[str, int] = {}
 
@@ -114,18 +123,15 @@ class KernelBenchSource:
         return self.model(*inputs)
 
     def make_inputs(self, case: dict, seed: int, device: str) -> tuple:
-        """get_inputs() with torch's global generator seeded, the case's sizes in place."""
+        """get_inputs() with torch's global generator seeded, the case's sizes (and the
+        constants derived from them) in place."""
         import torch
 
-        saved = {name: getattr(self.module, name) for name in self.sizes}
-        try:
-            for name in self.sizes:
-                setattr(self.module, name, case.get(name, saved[name]))
+        moved = {name: case[name] for name in self.sizes
+                 if name in case and case[name] != self.constants.base.get(name)}
+        with self.constants.applied(moved):
             torch.manual_seed(seed)
             values = self.module.get_inputs()
-        finally:
-            for name, value in saved.items():
-                setattr(self.module, name, value)
         if not isinstance(values, (list, tuple)):
             raise TypeError(f"get_inputs() returned a {type(values).__name__}, not a list")
         inputs = tuple(self.cast(v, device) for v in values)
@@ -170,33 +176,71 @@ def redraw(model: Any, generator: Any) -> None:
 
 
 def input_sizes(path: Path, module: ModuleType) -> dict[str, int]:
-    """Module-level ints that get_inputs() reads and neither get_init_inputs() nor Model
-    does, in the order get_inputs() first reads them."""
-    tree_ = ast.parse(path.read_text(errors="replace"), filename=str(path))
-    bodies = {node.name: node for node in tree_.body
-              if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    if "get_inputs" not in bodies:
-        return {}
-    read = _names_read(bodies["get_inputs"])
-    elsewhere = set()
-    for name in ("get_init_inputs", "Model"):
-        if name in bodies:
-            elsewhere.update(_names_read(bodies[name]))
+    """The case's sizes of a KernelBench file (see `case_sizes`)."""
+    return case_sizes(Constants(path, module))
+
+
+def case_sizes(constants: Constants) -> dict[str, int]:
+    """Module-level ints that get_inputs() depends on (directly, or through a constant
+    derived from them) and neither get_init_inputs() nor Model does, in the order
+    get_inputs() first reads them."""
+    fixed = set(constants.roots(constants.read_by("get_init_inputs")
+                                + constants.read_by("Model")))
     sizes = {}
-    for name in read:
-        value = getattr(module, name, None)
-        if (name not in elsewhere and isinstance(value, int) and not isinstance(value, bool)
-                and value > 0):
+    for name in constants.roots(constants.read_by("get_inputs")):
+        value = constants.base.get(name)
+        if name not in fixed and _is_size(value):
             sizes[name] = value
     return sizes
 
 
-def _names_read(node: ast.AST) -> list[str]:
-    found: list[str] = []
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in found:
-            found.append(sub.id)
-    return found
+def scale_constants(constants: Constants, scale: float) -> dict[str, Any]:
+    """Scale the file's size constants for good, keeping the model buildable: every size
+    constant Model does not read first; where the model then fails to build or run, only
+    the sizes of get_inputs() alone, one by one. Returns the facts the run records."""
+    model_reads = set(constants.roots(constants.read_by("Model")))
+    wanted = constants.roots(constants.read_by("get_inputs")
+                             + constants.read_by("get_init_inputs"))
+    every = {name: scaled_value(constants.base[name], scale) for name in wanted
+             if name not in model_reads and name in constants.base}
+    every = {name: value for name, value in every.items() if value != constants.base[name]}
+    chosen, note = every, ""
+    failure = _probe(constants, every)
+    if failure:
+        chosen = {}
+        for name in case_sizes(constants):
+            if name in every and not _probe(constants, {**chosen, name: every[name]}):
+                chosen[name] = every[name]
+        kept = sorted(set(every) - set(chosen))
+        note = (f"scaling every size made the reference fail ({failure}); "
+                f"{', '.join(kept)} kept as declared")
+    changed = constants.rebase(chosen)
+    facts: dict[str, Any] = {"scale": scale, "scaled_sizes": {
+        name: f"{constants.declared[name]} -> {value}" for name, value in changed.items()}}
+    if note:
+        facts["scale_note"] = note
+    return facts
+
+
+def _probe(constants: Constants, changes: dict[str, Any]) -> str:
+    """Why the reference model cannot be built and run with these constants ('' if it can):
+    one forward pass on the CPU, in float32, with the default weights."""
+    import torch
+
+    module = constants.module
+    try:
+        with constants.applied(changes), torch.no_grad():
+            torch.manual_seed(0)
+            model = module.Model(*module.get_init_inputs())
+            torch.manual_seed(0)
+            model(*module.get_inputs())
+    except Exception as exc:  # the problem's own code, at sizes its author did not try
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    return ""
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _description(module: ModuleType) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from krung.judge.ladder import Context
-from krung.judge.metrics import Comparison
+from krung.judge.metrics import Comparison, bit_differences
 from krung.judge.problem import case_label
 from krung.judge.problem.unseen import unseen_cases
 from krung.judge.verdict import Verdict, judge_outputs
@@ -26,7 +26,8 @@ NEEDS = ("run",)
 
 def run(ctx: Context) -> dict[str, Any]:
     declared = ctx.problem.test_cases
-    unseen = _usable(ctx, unseen_cases(declared, ctx.seed_for("unseen"), ctx.problem.derive_case))
+    unseen, skipped = _usable(ctx, unseen_cases(declared, ctx.seed_for("unseen"),
+                                                ctx.problem.derive_case))
     cases = declared + unseen
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
@@ -55,28 +56,61 @@ def run(ctx: Context) -> dict[str, Any]:
                 row["passed"] = False
                 if verdict.check_message:
                     row["check"] = verdict.check_message
-                failures.append((label, rep, verdict))
+                failures.append((label, rep, verdict, case, index))
                 break
         rows.append(row)
     figures = _summary(rows, seeds, worst)
     figures["unseen_cases"] = len(unseen)
+    if skipped:  # the problem's own limits, said in the run rather than dropped
+        figures["unseen_skipped"] = "; ".join(skipped)
     if threads:  # not a failure by itself, but work may be hiding there
         figures["threads_started"] = threads
     if failures:
-        raise _mismatch(failures, rows, figures)
+        raise _mismatch(failures, rows, figures, _nondeterminism(ctx, failures))
     return figures
 
 
-def _usable(ctx: Context, cases: list[dict]) -> list[dict]:
-    """The unseen cases the problem itself can make inputs and a reference output for."""
-    usable = []
+def _usable(ctx: Context, cases: list[dict]) -> tuple[list[dict], list[str]]:
+    """The unseen cases the problem itself can make inputs and a reference output for, and
+    why each other one is skipped (`case: the reference raised ...`)."""
+    usable, skipped = [], []
     for case in cases:
         try:
-            ctx.expected(ctx.make_inputs(case, ctx.seed_for("unseen-probe")))
-        except Exception:  # the problem's limits, not the version's fault: skip the case
+            inputs = ctx.make_inputs(case, ctx.seed_for("unseen-probe"))
+        except Exception as exc:  # the problem's limits, not the version's fault
+            skipped.append(f"{case_label(case)}: the input generator raised {_said(exc)}")
+            continue
+        try:
+            ctx.expected(inputs)
+        except Exception as exc:
+            skipped.append(f"{case_label(case)}: the reference raised {_said(exc)}")
             continue
         usable.append(case)
-    return usable
+    return usable, skipped
+
+
+def _said(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}" + (f": {text[0][:160]}" if text else "")
+
+
+def _nondeterminism(ctx: Context, failures: list) -> str | None:
+    """Why no version can match, when the reference itself gives another answer on the same
+    inputs (dropout in training mode, sampling): the reference run twice on the first
+    failing call's inputs, and where its two answers differ."""
+    _, rep, _, case, index = failures[0]
+    try:
+        inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
+        first, again = ctx.expected(inputs), ctx.expected(inputs)
+    except Exception:  # it ran on these inputs before; whatever this is, it is not the answer
+        return None
+    for out, (a, b) in enumerate(zip(first, again, strict=True)):
+        region = bit_differences(a, b)
+        if region.count:
+            return (f"the reference itself is nondeterministic: run twice on the same inputs, "
+                    f"its output {out} differs in {region.count}/{a.numel()} elements "
+                    f"({region.describe()})")
+    return None
 
 
 def _merge(row: dict[str, Any], figures: dict[str, Any]) -> None:
@@ -105,8 +139,9 @@ def _summary(rows: list[dict[str, Any]], seeds: int, worst: Any) -> dict[str, An
     return figures
 
 
-def _mismatch(failures: list, rows: list[dict[str, Any]], figures: dict[str, Any]) -> RungFailed:
-    label, rep, verdict = failures[0]
+def _mismatch(failures: list, rows: list[dict[str, Any]], figures: dict[str, Any],
+              nondeterministic: str | None) -> RungFailed:
+    label, rep, verdict = failures[0][:3]
     result = verdict.comparison
     failed = [r["case"] for r in rows if not r["passed"]]
     output = f" output {verdict.out_index}" if verdict.out_index else ""
@@ -123,6 +158,14 @@ def _mismatch(failures: list, rows: list[dict[str, Any]], figures: dict[str, Any
     if verdict.check_message:
         details = "\n".join(filter(None, [f"the problem's check said: {verdict.check_message}",
                                            details]))
+    if nondeterministic:  # no version can match a reference that disagrees with itself
+        figures["reference_nondeterministic"] = True
+        return RungFailed("NondeterministicReference", f"{message}; {nondeterministic}",
+                          "the problem is nondeterministic by design (dropout in training "
+                          "mode, random sampling): an element-wise comparison cannot decide "
+                          "it, and no version can pass it as it stands; a problem whose "
+                          "reference draws random numbers needs its own check",
+                          details=details, figures=figures)
     return RungFailed("Mismatch", message, _hint(result, rows), details=details, figures=figures)
 
 

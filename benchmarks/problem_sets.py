@@ -1,0 +1,552 @@
+"""KernelBench (levels 1-3) and GPU MODE's reference-kernels, every problem through krung
+with its honest baseline, and where asked a wrong version that krung must reject: passed or
+failed, wall time, the judge's and the worker's peak memory, every failure explained.
+
+Honest baselines: a KernelBench problem's own source with `ModelNew = Model`; a GPU MODE
+problem's reference.py with `custom_kernel = ref_kernel`, and the torch solutions its folder
+keeps (`solutions/correct/*.py`). Wrong versions: the same with the last element of the
+(first) output moved by |value| + 1, and GPU MODE's own `solutions/wrong/*.py`. For
+KernelBench, KernelBench's own check (the model and `ModelNew = Model` built from one seed,
+`torch.allclose` at its tolerance, as its eval does) runs beside, so a baseline that fails
+there too (dropout in training mode) is told apart from one krung fails.
+
+The sets travel as one small tarball (the GPU machine has no network):
+
+    python benchmarks/problem_sets.py pack --kernelbench PATH/KernelBench \\
+        --gpumode PATH/reference-kernels -o problem_sets.tar.gz          # ~1 MiB
+    python benchmarks/problem_sets.py run problem_sets.tar.gz --device cuda \\
+        --out results.json --markdown results.md
+    python benchmarks/problem_sets.py run problem_sets.tar.gz --device cpu --scale 0.1 \\
+        --levels 1 --limit 20 --wrong 5
+
+`run` writes its JSON after every problem, so an interrupted run keeps what it measured.
+GPU MODE's problems make their data on `cuda`; on a CPU they fail to load, saying so.
+`--cuda-as-cpu` runs a copy whose `"cuda"` literals read `"cpu"`: not the problems as they
+are, but a check of krung's handling of them on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
+LEVELS = ("level1", "level2", "level3")
+DEFAULT_RUNGS = "static,compile,run,correctness,determinism"
+PASS, REJECT = "pass", "reject"
+
+
+# Packing the two checkouts.
+
+def pack(kernelbench: Path, gpumode: Path, output: Path) -> None:
+    """The problems of both checkouts (KernelBench's levels, reference-kernels' problems),
+    in one .tar.gz, without git history or anything else."""
+    with tarfile.open(output, "w:gz") as tar:
+        for level in LEVELS:
+            tar.add(kernelbench / KERNELBENCH / level, f"{KERNELBENCH}/{KERNELBENCH}/{level}",
+                    filter=_source_only)
+        tar.add(gpumode / "problems", f"{GPUMODE}/problems", filter=_source_only)
+    print(f"wrote {output} ({output.stat().st_size / 2**20:.2f} MiB)")
+
+
+def _source_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    name = Path(info.name).name
+    if info.isdir():
+        return None if name in ("__pycache__", ".git") else info
+    return info if Path(name).suffix in (".py", ".yml", ".yaml", ".txt", ".cu", ".cpp",
+                                         ".h", ".md") else None
+
+
+def unpacked(sets: Path, scratch: Path) -> Path:
+    """A folder holding KernelBench/ and reference-kernels/: `sets` itself, or the tarball
+    unpacked into `scratch`."""
+    if sets.is_dir():
+        return sets
+    with tarfile.open(sets) as tar:
+        try:
+            tar.extractall(scratch, filter="data")
+        except TypeError:  # a Python without extraction filters
+            tar.extractall(scratch)
+    return scratch
+
+
+def cuda_as_cpu(root: Path) -> None:
+    """Rewrite the GPU MODE problems under `root` to make their data on the CPU."""
+    swaps = (('"cuda"', '"cpu"'), ("'cuda'", "'cpu'"), ('"cuda:0"', '"cpu"'),
+             (".cuda()", ".cpu()"), ("torch.cuda.synchronize()", "torch.cpu.synchronize()"))
+    for path in (root / GPUMODE).rglob("*.py"):
+        text = original = path.read_text()
+        for old, new in swaps:
+            text = text.replace(old, new)
+        if text != original:
+            path.write_text(text)
+
+
+# What to run.
+
+@dataclass
+class Job:
+    family: str  # kernelbench | gpumode
+    problem: str  # level1/19_ReLU, pmpp_v2/prefixsum_py
+    path: Path
+    version: str  # baseline | wrong | repo:correct/ref.py | repo:wrong/empty.py
+    expect: str  # pass | reject
+    source: Path | None = None  # the version's file (written for baseline and wrong)
+
+
+@dataclass
+class Row:
+    family: str
+    problem: str
+    version: str
+    expect: str
+    ok: bool = False  # the expectation met
+    verdict: str = ""  # passed | failed | error | timeout | problem-error
+    failed_rung: str = ""
+    error_type: str = ""
+    explanation: str = ""
+    wall_s: float = 0.0
+    judge_peak_mib: float | None = None
+    worker_peak_mib: float | None = None
+    gpu_peak_mib: float | None = None
+    notes: str = ""
+    kernelbench_check: str = ""  # KernelBench's own check on the honest baseline
+    run_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def kernelbench_jobs(root: Path, levels: list[str], versions: Path, wrong_every: int) -> list[Job]:
+    jobs = []
+    files = [p for level in levels
+             for p in sorted((root / KERNELBENCH / KERNELBENCH / level).glob("*.py"),
+                             key=_numbered)]
+    for index, path in enumerate(files):
+        name = f"{path.parent.name}/{path.stem}"
+        source = path.read_text()
+        base = _write(versions / "kernelbench" / path.parent.name / f"{path.stem}.py",
+                      source + "\n\nModelNew = Model\n")
+        jobs.append(Job("kernelbench", name, path, "baseline", PASS, base))
+        if wrong_every and index % wrong_every == 0:
+            wrong = _write(versions / "kernelbench" / path.parent.name / f"{path.stem}_wrong.py",
+                           source + KERNELBENCH_WRONG)
+            jobs.append(Job("kernelbench", name, path, "wrong", REJECT, wrong))
+    return jobs
+
+
+def gpumode_jobs(root: Path, versions: Path, wrong_every: int) -> list[Job]:
+    jobs = []
+    folders = sorted(p.parent for p in (root / GPUMODE / "problems").glob("*/*/task.yml"))
+    for index, folder in enumerate(folders):
+        name = f"{folder.parent.name}/{folder.name}"
+        reference = (folder / "reference.py").read_text()
+        base = _write(versions / "gpumode" / folder.parent.name / f"{folder.name}.py",
+                      reference + "\n\ncustom_kernel = ref_kernel\n")
+        jobs.append(Job("gpumode", name, folder, "baseline", PASS, base))
+        for kind, expect in (("correct", PASS), ("wrong", REJECT)):
+            for solution in sorted((folder / "solutions" / kind).glob("*.py")):
+                jobs.append(Job("gpumode", name, folder, f"repo:{kind}/{solution.name}", expect,
+                                solution))
+        if wrong_every and index % wrong_every == 0:
+            wrong = _write(versions / "gpumode" / folder.parent.name / f"{folder.name}_wrong.py",
+                           reference + GPUMODE_WRONG)
+            jobs.append(Job("gpumode", name, folder, "wrong", REJECT, wrong))
+    return jobs
+
+
+# The wrong versions: the right answer with the last element of the first output moved.
+_SPOIL = '''
+
+def _spoil(out):
+    """The output with the last element of its first tensor moved by |value| + 1."""
+    import torch
+
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    bad = first.detach().clone().contiguous()
+    last = bad.view(-1)[-1:]
+    if bad.dtype == torch.bool:
+        last.logical_not_()
+    else:
+        last.add_(last.abs() + 1)
+    if isinstance(out, (tuple, list)):
+        return type(out)([bad, *out[1:]])
+    return bad
+'''
+KERNELBENCH_WRONG = _SPOIL + '''
+
+class ModelNew(Model):
+    def forward(self, *args, **kwargs):
+        return _spoil(super().forward(*args, **kwargs))
+'''
+GPUMODE_WRONG = _SPOIL + '''
+
+def custom_kernel(data):
+    out = ref_kernel(data)
+    spoiled = _spoil(out)
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    first.copy_(spoiled[0] if isinstance(out, (tuple, list)) else spoiled)  # buffers too
+    return out
+'''
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _numbered(path: Path) -> tuple[int, str]:
+    match = re.match(r"(\d+)_", path.name)
+    return (int(match.group(1)) if match else 1 << 30, path.name)
+
+
+# Running one job.
+
+class PeakMemory(threading.Thread):
+    """Polls the judge's and the worker's peak resident memory (VmHWM) under one process,
+    and with `gpu` their GPU memory (nvidia-smi), until stopped."""
+
+    def __init__(self, root_pid: int, gpu: bool):
+        super().__init__(daemon=True)
+        self.root_pid = root_pid
+        self.gpu = gpu and shutil.which("nvidia-smi") is not None
+        self.peaks: dict[str, float] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.25):
+            roles = _descendant_roles(self.root_pid)
+            for pid, role in roles.items():
+                peak = _vm_hwm_mib(pid)
+                if peak is not None:
+                    self.peaks[role] = max(self.peaks.get(role, 0.0), peak)
+            if self.gpu and roles:
+                for pid, used in _gpu_memory_mib().items():
+                    if pid in roles:
+                        key = f"gpu_{roles[pid]}"
+                        self.peaks[key] = max(self.peaks.get(key, 0.0), used)
+
+
+def _descendant_roles(root: int) -> dict[int, str]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    roles, stack = {}, [root]
+    while stack:
+        pid = stack.pop()
+        stack += children.get(pid, [])
+        try:
+            command = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"krung.judge.serve" in command:
+            roles[pid] = "judge"
+        elif b"krung.worker.serve" in command:
+            roles[pid] = "worker"
+    return roles
+
+
+def _vm_hwm_mib(pid: int) -> float | None:
+    try:
+        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _gpu_memory_mib() -> dict[int, float]:
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                               "--format=csv,noheader,nounits"], capture_output=True,
+                              text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    used = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            used[int(parts[0])] = float(parts[1])
+    return used
+
+
+def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
+    row = Row(job.family, job.problem, job.version, job.expect)
+    env = dict(os.environ, KRUNG_STORE=str(store), KRUNG_SCALE=str(args.scale),
+               PYTHONUNBUFFERED="1")
+    command = [sys.executable, "-m", "krung", "run", str(job.path), str(job.source),
+               "--rungs", args.rungs, "--device", args.device, "--json"]
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env,
+                                   start_new_session=True, cwd=job.path.parent)
+        memory = PeakMemory(process.pid, args.device != "cpu")
+        memory.start()
+        try:
+            process.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            row.verdict = "timeout"
+        memory.done.set()
+        memory.join()
+        row.wall_s = round(time.perf_counter() - start, 1)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    row.judge_peak_mib = _rounded(memory.peaks.get("judge"))
+    row.worker_peak_mib = _rounded(memory.peaks.get("worker"))
+    gpu = [memory.peaks[k] for k in ("gpu_judge", "gpu_worker") if k in memory.peaks]
+    row.gpu_peak_mib = _rounded(max(gpu)) if gpu else None
+    if row.verdict == "timeout":
+        row.explanation = f"no answer within {args.timeout:g} s"
+    else:
+        _read_outcome(row, process.returncode, stdout, stderr)
+    passed = row.verdict == "passed"
+    row.ok = passed if job.expect == PASS else row.verdict == "failed"
+    return row
+
+
+def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
+    try:
+        run = json.loads(stdout)
+    except json.JSONDecodeError:
+        run = None
+    if not isinstance(run, dict) or "rungs" not in run:
+        row.verdict = "problem-error" if code == 2 else "error"
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        row.explanation = " ".join(lines[-3:])[:600] or f"exit status {code}"
+        return
+    row.run_id = run.get("run_id") or ""
+    env = run.get("env") or {}
+    notes = []
+    if env.get("scaled_sizes"):
+        notes.append("scaled " + ", ".join(f"{k} {v}" for k, v in env["scaled_sizes"].items()))
+    if env.get("scale_note"):
+        notes.append(env["scale_note"])
+    for rung in run["rungs"]:
+        figures = rung.get("figures") or {}
+        if figures.get("unseen_skipped"):
+            notes.append(f"unseen skipped: {figures['unseen_skipped']}")
+        if rung["status"] == "skipped" and not rung.get("reason", "").startswith("needs "):
+            notes.append(f"{rung['name']} skipped: {rung.get('reason')}")
+    row.notes = "; ".join(notes)[:800]
+    failed = next((r for r in run["rungs"] if r["status"] == "failed"), None)
+    if run.get("error"):
+        row.verdict = "error"
+        row.explanation = str(run["error"])[:600]
+    elif failed:
+        row.verdict = "failed"
+        row.failed_rung = failed["name"]
+        row.error_type = failed.get("error_type") or ""
+        row.explanation = (failed.get("error") or "")[:600]
+    else:
+        row.verdict = "passed"
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+# KernelBench's own check, run the way its eval runs it.
+
+def kernelbench_check(path: Path, scale: float, device: str, trials: int = 5,
+                      seed: int = 42) -> dict[str, Any]:
+    """Model and `ModelNew = Model` built from one seed, called on the same inputs per
+    trial (one after the other, the global generator running on, as KernelBench's eval
+    does), and compared with torch.allclose at KernelBench's fp32 tolerance."""
+    import torch
+
+    from krung.judge.problem.kernelbench import scale_constants
+    from krung.judge.problem.native import import_problem_file
+    from krung.judge.problem.sizes import Constants
+
+    module = import_problem_file(path, f"kbcheck_{path.stem}", path)
+    if scale != 1:
+        scale_constants(Constants(path, module), scale)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def placed(values: list) -> list:
+        return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+    torch.manual_seed(seed)
+    init = placed(module.get_init_inputs())
+    torch.manual_seed(seed)
+    model = module.Model(*init).to(device)
+    torch.manual_seed(seed)
+    model_new = module.Model(*init).to(device)
+    torch.manual_seed(seed)
+    trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
+    with torch.no_grad():
+        for number, trial in enumerate(trial_seeds):
+            torch.manual_seed(trial)
+            inputs = placed(module.get_inputs())
+            out, new = model(*inputs), model_new(*inputs)
+            pairs = zip(out, new, strict=True) if isinstance(out, (tuple, list)) \
+                else [(out, new)]
+            for a, b in pairs:
+                if a.shape != b.shape or not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
+                    return {"passed": False, "trial": number,
+                            "max_diff": float((a.double() - b.double()).abs().max())
+                            if a.shape == b.shape else None}
+    return {"passed": True, "trials": trials}
+
+
+def run_kernelbench_check(job: Job, args: argparse.Namespace) -> str:
+    command = [sys.executable, __file__, "kbcheck", str(job.path), "--scale", str(args.scale),
+               "--device", args.device]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        return "raised: " + (lines[-1][:200] if lines else f"exit status {done.returncode}")
+    if answer["passed"]:
+        return "passed"
+    return f"failed (trial {answer['trial']}, max diff {answer['max_diff']})"
+
+
+# The report.
+
+def markdown(rows: list[Row], args: argparse.Namespace) -> str:
+    lines = [f"Device {args.device}, scale {args.scale:g}, rungs {args.rungs}.", ""]
+    for family in ("kernelbench", "gpumode"):
+        mine = [r for r in rows if r.family == family]
+        if not mine:
+            continue
+        base = [r for r in mine if r.expect == PASS]
+        wrong = [r for r in mine if r.expect == REJECT]
+        lines.append(f"**{family}**: honest baselines passed {sum(r.ok for r in base)}/"
+                     f"{len(base)}; wrong versions rejected {sum(r.ok for r in wrong)}/"
+                     f"{len(wrong)}.")
+        if family == "kernelbench":
+            own = [r for r in base if r.kernelbench_check]
+            fine = [r for r in own if r.kernelbench_check == "passed"]
+            lines.append(f"KernelBench's own check passed the baseline on {len(fine)}/"
+                         f"{len(own)}; of those krung passed {sum(r.ok for r in fine)}.")
+        lines.append("")
+    lines.append("| problem | version | expect | result | wall s | judge MiB | worker MiB | "
+                 "GPU MiB | KernelBench check | failure, explained | notes |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        result = ("ok" if r.ok else "**NOT MET**") + f" ({r.verdict})"
+        failure = f"{r.failed_rung}: {r.explanation}" if r.failed_rung else r.explanation
+        cells = [r.problem, r.version, r.expect, result, f"{r.wall_s:g}",
+                 _cell(r.judge_peak_mib), _cell(r.worker_peak_mib), _cell(r.gpu_peak_mib),
+                 r.kernelbench_check, failure, r.notes]
+        lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:400]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    packing = commands.add_parser("pack", help="make the tarball of both checkouts")
+    packing.add_argument("--kernelbench", type=Path, required=True)
+    packing.add_argument("--gpumode", type=Path, required=True)
+    packing.add_argument("-o", "--output", type=Path, default=Path("problem_sets.tar.gz"))
+    running = commands.add_parser("run", help="run every problem through krung")
+    running.add_argument("sets", type=Path, help="the tarball, or a folder holding "
+                                                 "KernelBench/ and reference-kernels/")
+    running.add_argument("--scale", type=float, default=1.0)
+    running.add_argument("--levels", default="1,2,3", help="KernelBench levels; 0 for none")
+    running.add_argument("--gpumode", default="all",
+                         help="GPU MODE problems: all, none, or a regex over group/name")
+    running.add_argument("--only", default="", help="a regex the problem's name must match")
+    running.add_argument("--device", default="auto")
+    running.add_argument("--rungs", default=DEFAULT_RUNGS)
+    running.add_argument("--limit", type=int, default=0, help="at most this many jobs")
+    running.add_argument("--wrong", type=int, default=1,
+                         help="a wrong version for every Nth problem (0: none)")
+    running.add_argument("--jobs", type=int, default=1, help="problems run at once")
+    running.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    running.add_argument("--no-kernelbench-check", action="store_true")
+    running.add_argument("--cuda-as-cpu", action="store_true",
+                         help="GPU MODE problems rewritten to make their data on the CPU")
+    running.add_argument("--out", type=Path, default=Path("problem_sets.json"))
+    running.add_argument("--markdown", type=Path, default=None)
+    checking = commands.add_parser("kbcheck", help="KernelBench's own check, one problem")
+    checking.add_argument("path", type=Path)
+    checking.add_argument("--scale", type=float, default=1.0)
+    checking.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    if args.command == "pack":
+        pack(args.kernelbench, args.gpumode, args.output)
+        return
+    if args.command == "kbcheck":
+        print(json.dumps(kernelbench_check(args.path, args.scale, args.device)))
+        return
+    with tempfile.TemporaryDirectory(prefix="krung-problem-sets-") as scratch:
+        root = unpacked(args.sets, Path(scratch) / "sets")
+        if args.cuda_as_cpu:
+            if root == args.sets:  # never rewrite the checkout itself
+                root = Path(shutil.copytree(root, Path(scratch) / "sets"))
+            cuda_as_cpu(root)
+        versions, store = Path(scratch) / "versions", Path(scratch) / "store" / "krung.db"
+        levels = [f"level{n}" for n in args.levels.split(",") if n.strip() not in ("", "0")]
+        jobs = kernelbench_jobs(root, levels, versions, args.wrong) if levels else []
+        if args.gpumode != "none":
+            jobs += [j for j in gpumode_jobs(root, versions, args.wrong)
+                     if args.gpumode == "all" or re.search(args.gpumode, j.problem)]
+        jobs = [j for j in jobs if re.search(args.only, j.problem)]
+        if args.limit:
+            jobs = jobs[:args.limit]
+        rows: list[Row | None] = [None] * len(jobs)
+        lock = threading.Lock()
+
+        def one(index: int) -> None:
+            job = jobs[index]
+            row = run_job(job, args, store)
+            if (job.family == "kernelbench" and job.version == "baseline"
+                    and not args.no_kernelbench_check):
+                row.kernelbench_check = run_kernelbench_check(job, args)
+            with lock:
+                rows[index] = row
+                done = [r for r in rows if r is not None]
+                args.out.write_text(json.dumps([asdict(r) for r in done], indent=1))
+                print(f"[{len(done)}/{len(jobs)}] {row.problem} {row.version}: "
+                      f"{'ok' if row.ok else 'NOT MET'} ({row.verdict}) {row.wall_s:g} s "
+                      f"{row.error_type} {row.explanation[:160]}", flush=True)
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            list(pool.map(one, range(len(jobs))))
+    finished = [r for r in rows if r is not None]
+    if args.markdown:
+        args.markdown.write_text(markdown(finished, args))
+    met = sum(r.ok for r in finished)
+    print(f"{met}/{len(finished)} met their expectation; results in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

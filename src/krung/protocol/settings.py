@@ -14,6 +14,7 @@ from pathlib import Path
 from krung.protocol.errors import UsageError
 
 DEVICES = ("auto", "cpu", "cuda")
+SERVICE_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ _SETTINGS = {
     "roofline_threshold_pct": Setting("KRUNG_ROOFLINE_THRESHOLD",
                                       "% of the binding roofline ceiling a bench case must "
                                       "reach to count as at the roofline (at most 100)"),
+    "service": Setting("KRUNG_SERVICE", "the warm evaluation service beside the store: auto "
+                                        "(use one that runs), on (start one if none runs; it "
+                                        "exits when idle), off (a fresh judge every time)"),
 }
 
 
@@ -71,6 +75,7 @@ class Settings:
     profile_source_counters: bool = False
     roofline_threshold_pct: float = 90.0
     compiled_baseline: bool = False
+    service: str = "auto"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -122,6 +127,9 @@ def _parse(name: str, source: str, raw: object) -> object:
     if name == "profile_clock_control" and raw not in ("none", "base"):
         raise UsageError(f"{source}={raw!r} is not an ncu clock control",
                          hint="use none (the GPU's own clocks) or base (locked base clocks)")
+    if name == "service" and raw not in SERVICE_MODES:
+        raise UsageError(f"{source}={raw!r} is not a service mode",
+                         hint=f"use one of: {', '.join(SERVICE_MODES)}")
     if name == "device" and raw not in DEVICES:
         raise UsageError(f"{source}={raw!r} is not a device krung knows",
                          hint=f"use one of: {', '.join(DEVICES)}")

@@ -147,6 +147,50 @@ def test_a_host_allocation_failure_is_a_failed_rung(krung, scale_problem, versio
     assert "allocate" in failed["error"]
 
 
+# relu over a vector larger (36 MiB) than glibc ever serves from its heap: its output comes
+# fresh from the OS (mmap), zeroed.
+RELU_PROBLEM = """
+import torch
+
+def reference(x):
+    return torch.relu(x)
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(case["n"], generator=g, device=device),)
+
+test_cases = [{"n": 9 << 20, "dtype": "float32"}, {"n": 1000, "dtype": "float32"}]
+bench_cases = [{"n": 9 << 20, "dtype": "float32"}]
+
+def flops(case):
+    return case["n"]
+
+def bytes_moved(case):
+    return 8 * case["n"]
+"""
+
+
+def test_an_unwritten_large_cpu_output_holds_the_poison(krung, tmp_path, version):
+    """A relu that writes only the positive elements into torch.empty_like: the rest would
+    read as the zeros relu wants, were the memory not poisoned for the call."""
+    (tmp_path / "relu").mkdir()
+    (tmp_path / "relu" / "problem.py").write_text(RELU_PROBLEM)
+    source = """
+        import torch
+        def kernel(x):
+            y = torch.empty_like(x)
+            positive = x > 0
+            y[positive] = x[positive]
+            return y
+    """
+    result = krung("run", tmp_path / "relu", version("lazy_relu", textwrap.dedent(source)),
+                   "--json", "--rungs", "static,compile,run,correctness")
+    assert result.code == 1, result.stdout + result.stderr
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("correctness", "Mismatch"), failed
+    assert f"n={9 << 20},dtype=float32" in failed["figures"]["failed_cases"], failed
+
+
 def test_threads_left_running_are_counted(krung, scale_problem, version):
     source = """
         import threading, time

@@ -55,8 +55,7 @@ def test_local_pool_records_every_version_crashes_included(scale_problem, versio
     assert sorted(r.run_id for r in stored) == sorted(r.run_id for r in by_name.values())
 
 
-def test_gpu_slots_pin_each_evaluation_and_refuse_shared_benchmarks(scale_problem, version,
-                                                                    settings):
+def test_gpu_slots_pin_each_evaluation(scale_problem, version, settings):
     versions = [version(f"slot{i}", SAYS_SLOT) for i in range(4)]
     executor = krung.make_executor("local", gpus=["0", "1"])
     outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs="static,compile")
@@ -67,10 +66,6 @@ def test_gpu_slots_pin_each_evaluation_and_refuse_shared_benchmarks(scale_proble
         log = (store.artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
         slots.add(log.split("slot", 1)[1].split()[0])
     assert slots == {"0", "1"}
-
-    shared = krung.make_executor("local", gpus=["0"], per_gpu=2)
-    with pytest.raises(krung.UsageError, match="two benchmarks would share a GPU"):
-        list(shared.map([Job(str(scale_problem), str(versions[0]))], settings))
 
 
 def test_a_gpu_named_twice_is_one_slot(scale_problem, version, settings):
@@ -83,18 +78,16 @@ def test_a_gpu_named_twice_is_one_slot(scale_problem, version, settings):
 
 
 @pytest.mark.gpu
-def test_workers_without_gpus_refuse_to_benchmark_together(scale_problem, version, store):
-    """On a machine with a GPU, --workers 2 without --gpus would time two versions at once
-    on GPU 0: refused, with the flags that fix it; correctness-only batches still run."""
+def test_workers_without_gpus_benchmark_in_turn(scale_problem, version, store):
+    """On a machine with a GPU, --workers 3 without --gpus runs three evaluations at once on
+    GPU 0; their benchmarks take the GPU in turn (krung.judge.gpu_lock), and all pass."""
     settings = Settings(store=store, device="cuda")
     good = version("good", GOOD)
-    executor = krung.make_executor("local", workers=2)
-    with pytest.raises(krung.UsageError, match="benchmarks would share a GPU") as refused:
-        list(executor.map([Job(str(scale_problem), str(good))] * 2, settings))
-    assert "--gpus all" in (refused.value.hint or "")
-    outcomes = list(executor.map([Job(str(scale_problem), str(good), rungs=CORRECTNESS)] * 2,
-                                 settings))
+    executor = krung.make_executor("local", workers=3)
+    outcomes = list(executor.map([Job(str(scale_problem), str(good),
+                                      rungs=CORRECTNESS + ",benchmark")] * 3, settings))
     assert all(o.run is not None and o.run.ok for o in outcomes)
+    assert all(o.run.rung("benchmark").figures["geomean_us"] > 0 for o in outcomes)
 
 
 def test_a_missing_version_is_an_outcome_not_an_abort(scale_problem, version, settings,

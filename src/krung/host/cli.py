@@ -22,6 +22,7 @@ from krung.host import (
     cli_errors,
     cli_roofline,
     cli_scale,
+    cli_service,
     cli_suite,
     cli_workspace,
     display,
@@ -323,6 +324,7 @@ app.command()(cli_scale.batch)
 # The device's ceilings and the HTML report: `krung calibrate`, `krung report` (cli_roofline.py).
 app.command()(cli_roofline.calibrate)
 app.command()(cli_roofline.report)
+app.add_typer(cli_service.service_app, name="service")  # the warm service (cli_service.py)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -26,8 +26,8 @@ ExecutorName = Annotated[str, typer.Option("--executor", help="local, ray or ssh
 Workers = Annotated[int, typer.Option(help="Evaluations at once (local without --gpus, ssh).")]
 Gpus = Annotated[str | None, typer.Option(help="GPUs for the local executor, e.g. 0,1 or all; "
                                                "one evaluation per GPU.")]
-PerGpu = Annotated[int, typer.Option(help="Evaluations per GPU at once (only without the "
-                                          "benchmark rung).")]
+PerGpu = Annotated[int, typer.Option(help="Evaluations per GPU at once (their benchmarks "
+                                          "take turns on the GPU).")]
 Address = Annotated[str | None, typer.Option(help="Ray cluster address (ray executor).")]
 Remote = Annotated[str | None, typer.Option(help="user@host (ssh executor).")]
 RemotePython = Annotated[str, typer.Option(help="Python on the remote host.")]

@@ -1,8 +1,12 @@
 """`evaluate`: one version of one problem up the ladder, recorded in the store.
 
 Runs in the caller's process, which never imports the version, the problem or even torch: it
-starts a judge process, streams the rung results it sends into the store and to the caller,
-and keeps a watchdog on it. If the judge dies, the run is still recorded, with why.
+takes a judge process (a warm one from the store's service, krung.host.service, else it starts
+one), streams the rung results it sends into the store and to the caller, and keeps a watchdog
+on it: the judge says something every few seconds, so one that goes silent is killed within
+SILENCE_S. If the judge dies, the run is still recorded, with why. Ctrl-C (or SIGTERM, where
+this is the main thread) stops the judge and its worker at once and records the run as
+interrupted, the rungs done by then included, before the KeyboardInterrupt goes on up.
 """
 
 from __future__ import annotations
@@ -12,9 +16,13 @@ import os
 import secrets
 import signal
 import subprocess
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
+from krung.host import service
 from krung.host.store import Store
 from krung.judge.candidate import LOG_TAIL_BYTES
 from krung.judge.ladder import select
@@ -26,7 +34,7 @@ from krung.judge.problem import (
     problem_name,
 )
 from krung.judge.solution import read_solution
-from krung.protocol.channel import ChannelClosed, spawn
+from krung.protocol.channel import Channel, ChannelClosed, spawn
 from krung.protocol.errors import KrungError, ProblemError, UsageError
 from krung.protocol.results import Run, RungResult
 from krung.protocol.settings import Settings
@@ -34,6 +42,9 @@ from krung.protocol.settings import Settings
 OnResult = Callable[[RungResult], None]
 OnProgress = Callable[[str, str], None]
 OnEnv = Callable[[dict], None]
+
+JUDGE_START_S = 300.0  # for the judge's first word: a cold one imports torch before it
+SILENCE_S = 45.0  # then it speaks every few seconds (krung.judge.serve.HEARTBEAT_S)
 
 
 def evaluate(
@@ -84,14 +95,18 @@ def evaluate(
         request = {
             "problem": str(problem_dir), "solution": str(version.path), "rungs": names,
             "device": settings.device, "seed": run.seed, "precision": precision,
-            "run_dir": str(db.artifacts_dir(run.run_id)),
+            "run_dir": str(db.artifacts_dir(run.run_id).resolve()), "cwd": os.getcwd(),
             "settings": {k: str(v) if isinstance(v, Path) else v
                          for k, v in settings.__dict__.items()},
             # The roofline rung reads the device's ceilings measured before, if any.
             "calibrations": db.calibrations() if "roofline" in names else [],
         }
-        _drive_judge(run, db, request, settings, on_result, on_progress, on_env, env or {})
+        with _sigterm_interrupts():
+            interrupted = _drive_judge(run, db, request, settings, on_result, on_progress,
+                                       on_env, env or {})
         db.finish(run)
+        if interrupted:
+            raise KeyboardInterrupt
         return run
     finally:
         if owned:
@@ -109,25 +124,77 @@ def _parent(db: Store, named: str | None, run: Run) -> str | None:
     return found.run_id
 
 
+class Judge(Protocol):
+    """A judge process this evaluation talks to: started here (cold) or handed over by the
+    service (krung.host.service.LeasedJudge)."""
+
+    channel: Channel
+    pid: int
+    origin: str
+
+    def exit_status(self, timeout: float) -> int | None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def reap(self) -> None: ...
+
+
+class ColdJudge:
+    """A judge started here, for this evaluation."""
+
+    origin = "cold"
+
+    def __init__(self, spec: service.JudgeSpec, run_dir: Path):
+        log = run_dir / "judge.log"
+        # Its own session: Ctrl-C in the terminal reaches this process, which stops the judge
+        # and everything it started, rather than the judge alone.
+        self.process, self.channel = spawn("krung.judge.serve",
+                                           spec.args(log, run_dir / "worker.log"), log=log,
+                                           env=spec.env, new_session=True)
+        self.pid = self.process.pid
+
+    def exit_status(self, timeout: float) -> int | None:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.terminate()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        self.process.wait()
+
+
+def _take_judge(settings: Settings, store: Path, run_dir: Path, env: dict[str, str]) -> Judge:
+    spec = service.JudgeSpec.of(settings, env)
+    return service.acquire(settings.service, store, spec) or ColdJudge(spec, run_dir)
+
+
 def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
                  on_result: OnResult | None, on_progress: OnProgress | None,
-                 on_env: OnEnv | None, env: dict[str, str]) -> None:
+                 on_env: OnEnv | None, env: dict[str, str]) -> bool:
+    """Send the request to a judge and record what it sends; True when interrupted."""
     run_dir = Path(request["run_dir"])
-    process, channel = spawn("krung.judge.serve", [], log=run_dir / "judge.log",
-                             env=dict(os.environ, PYTHONUNBUFFERED="1", **env))
-    # The judge reports at least once per step, and each step has its own timeout there.
-    silence_limit = max(settings.compile_timeout_s, settings.call_timeout_s,
-                        settings.bench_timeout_s) + 120
+    judge = _take_judge(settings, db.path, run_dir, env)
+    run.env["judge"] = judge.origin
     worker_pid = None
+    limit, stop_within = JUDGE_START_S, 15.0
+    interrupted = False
     try:
-        channel.send(request)
+        judge.channel.send(request)
         while True:
-            if not channel.poll(silence_limit):
-                process.kill()
-                raise _JudgeFailed(f"the judge sent nothing for {silence_limit:g} s and was "
-                                   "killed")
-            message = channel.recv()
+            if not judge.channel.poll(limit):
+                stop_within = 0
+                raise _JudgeFailed(f"the judge sent nothing for {limit:g} s and was killed")
+            message = judge.channel.recv()
             kind = message.get("type")
+            if kind != "ready":  # a pooled judge handed over before it was warm says so
+                limit = SILENCE_S
             if kind == "env":
                 run.env.update(message["env"])
                 worker_pid = run.env.get("worker_pid", worker_pid)
@@ -156,14 +223,23 @@ def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
             elif kind == "done":
                 break
     except ChannelClosed:
-        code = process.wait()
-        run.error = (f"the judge process exited with status {code} before the evaluation "
-                     f"ended; its log ends with:\n{_tail(run_dir / 'judge.log')}")
+        code = judge.exit_status(10)
+        how = f"exited with status {code}" if code is not None else f"(pid {judge.pid}) ended"
+        run.error = (f"the judge process {how} before the evaluation ended; its log ends "
+                     f"with:\n{_judge_log_tail(judge, run_dir)}")
     except _JudgeFailed as exc:
         run.error = str(exc) + (f"\n{exc.details}" if exc.details else "")
+    except KeyboardInterrupt:
+        interrupted = True
+        rung = next((n for n in request["rungs"] if n not in {r.name for r in run.rungs}), None)
+        when = f"during the {rung} rung" if rung else "at the end"
+        run.error = (f"interrupted (Ctrl-C or SIGTERM) {when}; the judge and its worker were "
+                     "stopped, the rungs before were recorded")
+        judge.terminate()  # it kills its worker and whatever else it started
+        stop_within = 1.0
     finally:
-        _stop(process, worker_pid if run.error else None)
-        channel.close()
+        _stop(judge, worker_pid if run.error else None, stop_within)
+    return interrupted
 
 
 class _JudgeFailed(KrungError):
@@ -172,16 +248,58 @@ class _JudgeFailed(KrungError):
         self.details = details
 
 
-def _stop(process: subprocess.Popen, worker_pid: int | None) -> None:
-    """End the judge and, should it have left one behind, its worker's process group."""
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def _stop(judge: Judge, worker_pid: int | None, within_s: float) -> None:
+    """Let the judge end by itself within `within_s` (it does, once it has sent `done` or
+    its error, or been told to stop), else kill it with its process group; then the worker's
+    process group too, should the judge have left one behind."""
+    if not _closed(judge.channel, within_s):
+        judge.kill()
+    judge.channel.close()
+    judge.reap()
     if worker_pid:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(worker_pid, signal.SIGKILL)
+
+
+def _closed(channel: Channel, within_s: float) -> bool:
+    """Whether the other end closes (its process ends) within `within_s`; what it still
+    sends meanwhile is dropped."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not channel.poll(left):
+            return False
+        try:
+            channel.recv()
+        except (ChannelClosed, ValueError):
+            return True
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM ends the evaluation as Ctrl-C does, where this is the main thread and nothing
+    else handles SIGTERM (a signal handler can only be set there)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _judge_log_tail(judge: Judge, run_dir: Path) -> str:
+    """The judge's log: in the run's folder, or where a pooled judge had it before."""
+    moved = run_dir / "judge.log"
+    if moved.exists() or not isinstance(judge, service.LeasedJudge):
+        return _tail(moved)
+    return _tail(judge.log)
 
 
 def _tail(path: Path) -> str:

@@ -280,12 +280,17 @@ def build_server(store: str | Path | None = None) -> MCPServer:
 
 
 def serve(store: str | Path | None = None, http_port: int | None = None) -> None:
-    """Serve until the client goes away: stdio by default, else HTTP on 127.0.0.1."""
+    """Serve until the client goes away: stdio by default, else HTTP on 127.0.0.1. The
+    store's warm evaluation service runs as long (krung.host.service)."""
+    from krung.host.service import serving
+
     server = build_server(store)
-    if http_port is None:
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=http_port)
+    settings = Settings.from_env()
+    with serving(settings.replace(store=store) if store else settings):
+        if http_port is None:
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host="127.0.0.1", port=http_port)
 
 
 # What every tool shares.

@@ -3,7 +3,9 @@
 The file is polled (its mtime and size, every `interval_s`; stdlib only, nothing to install)
 and a change counts once it has held still for one more poll, so an editor that saves in
 several writes starts one evaluation, not several. What happens is told to an observer (the
-CLI's display); Ctrl-C arrives as KeyboardInterrupt, for the caller to end cleanly.
+CLI's display); Ctrl-C arrives as KeyboardInterrupt, for the caller to end cleanly. The store's
+warm evaluation service runs as long as the watch (krung.host.service): each evaluation after
+the first gets a judge started while the file was being edited.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from krung.host.evaluate import evaluate
+from krung.host.service import serving
+from krung.host.store import Store
 from krung.protocol.errors import KrungError
 from krung.protocol.results import Run, RungResult
+from krung.protocol.settings import Settings
 
 POLL_S = 0.5
 
@@ -39,7 +44,16 @@ def watch(problem: str | Path, version: str | Path, observer: WatchObserver, *,
     Returns the last Run, or None when the last evaluation could not start (a broken
     problem, a missing file: told to `observer.failed`, and the watch goes on).
     """
-    path = Path(version)
+    settings = options.get("settings") or Settings.from_env()
+    store = options.get("store")
+    if store is not None:
+        settings = settings.replace(store=store.path if isinstance(store, Store) else store)
+    with serving(settings.replace(device=options.get("device"))):
+        return _watch(problem, Path(version), observer, max_runs, interval_s, options)
+
+
+def _watch(problem: str | Path, path: Path, observer: WatchObserver, max_runs: int | None,
+           interval_s: float, options: dict[str, Any]) -> Run | None:
     count = 0
     last: Run | None = None
     while True:

@@ -4,6 +4,11 @@ Every request has a timeout. A worker that hangs is asked for its Python stack (
 faulthandler) and killed with its whole process group; a worker that dies is described by
 its exit status or signal, with the tail of its log and the version's line where the stack
 shows one. Either way the rung fails with those facts and krung carries on.
+
+A worker may be started before the evaluation it serves is known (a judge of the warm
+service starts its worker in advance): what the version's import needs from the evaluation
+(environment variables, the working directory) travels with the `load` request instead
+(`at_load`), and the log is moved into the run's folder once there is one (`move_log`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import re
 import signal
 import subprocess
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +37,17 @@ _SIGNALS = {
     signal.SIGKILL: "SIGKILL (killed: out of host memory, or by another process)",
     signal.SIGXFSZ: "SIGXFSZ (wrote more output than the file size limit allows)",
 }
+
+_STARTED: weakref.WeakSet[Candidate] = weakref.WeakSet()  # for kill_all
+
+
+def kill_all() -> None:
+    """Kill every worker this process started (with their process groups): the judge's way
+    out when it is stopped (SIGTERM) or its caller is gone."""
+    for candidate in list(_STARTED):
+        if candidate.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(candidate.process.pid, signal.SIGKILL)
 
 
 class Candidate:
@@ -52,12 +69,18 @@ class Candidate:
         self.channel: Channel | None = None
         self.facts: dict[str, Any] = {}
         self.dead: str | None = None  # why the worker is gone, once it is
+        self.failed_start: RungFailed | None = None  # how its start failed, told again
         self.started_at = 0.0
+        # Sent with the `load` request: {"env": {...}, "cwd": "..."} for the version's import.
+        self.at_load: dict[str, Any] = {}
 
-    def start(self) -> None:
-        # MALLOC_PERTURB_: glibc fills every block it hands out with 0x7F bytes (huge values
-        # or NaN in every float type), so a CPU output that is not fully written is garbage.
-        env = dict(os.environ, PYTHONUNBUFFERED="1", MALLOC_PERTURB_="128", **self.extra_env)
+    def start(self, preload: tuple[str, ...] = ()) -> None:
+        """Start the worker; `preload`: DSL packages it imports before any version (it still
+        tells which of them the version uses)."""
+        # No MALLOC_PERTURB_ here: it made every allocation of the process a memset, the
+        # channel's receive buffers too (a 128 MiB input took 27 s to arrive). The worker
+        # poisons the allocations of the version's checked calls alone (guard.poisoned).
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.extra_env)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         self.started_at = time.perf_counter()
@@ -66,8 +89,21 @@ class Candidate:
             args.append("--cuda-ipc")
         if not self.prefix:  # CUPTI would collide with ncu's or compute-sanitizer's hooks
             args.append("--warm-profiler")
+        for package in preload:
+            args += ["--preload", package]
         self.process, self.channel = spawn("krung.worker.serve", args, log=self.log, env=env,
                                            new_session=True, prefix=self.prefix)
+        _STARTED.add(self)
+
+    def move_log(self, path: Path) -> None:
+        """Move the worker's log (it keeps writing to it) to `path`, in the run's folder."""
+        if path == self.log:
+            return
+        try:
+            os.replace(self.log, path)
+        except OSError:  # another file system: the log stays where it is, and is read there
+            return
+        self.log = path
 
     def use_cuda_ipc(self) -> None:
         """Send and take GPU tensors by IPC handle; the worker does so when it runs on CUDA."""
@@ -79,8 +115,14 @@ class Candidate:
         return self.process.pid if self.process else None
 
     def hello(self, timeout: float) -> dict[str, Any]:
+        if self.failed_start is not None:
+            raise self.failed_start
         if not self.facts:
-            self.facts = self._receive("starting the worker", timeout)
+            try:
+                self.facts = self._receive("starting the worker", timeout)
+            except RungFailed as exc:
+                self.failed_start = exc
+                raise
             self.facts["startup_s"] = round(time.perf_counter() - self.started_at, 3)
         return self.facts
 
@@ -89,6 +131,8 @@ class Candidate:
         """Send one request and wait for its reply; raise RungFailed if the worker fails us."""
         self.hello(timeout)
         assert self.channel is not None
+        if message.get("op") == "load":
+            message = {**message, **self.at_load}
         try:
             self.channel.send(message)
         except ChannelClosed:

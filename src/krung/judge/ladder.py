@@ -7,6 +7,7 @@ a needed rung that was not selected does not block it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import time
@@ -202,8 +203,15 @@ def failure(error: dict[str, Any], what: str) -> RungFailed:
                       details=error.get("details"))
 
 
-def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None]) -> None:
+def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None],
+          starting: Callable[[str], None] = lambda name: None) -> None:
+    """Run the rungs in order, telling `starting` each one's name first. On a GPU the rungs
+    that measure wait for the GPU to themselves (krung.judge.gpu_lock); the wait is not in
+    their duration."""
+    from krung.judge import gpu_lock
+
     for name in names:
+        starting(name)
         module = importlib.import_module(f"krung.judge.rungs.{name}")
         blocked = [need for need in module.NEEDS
                    if need in ctx.results and not ctx.results[need].ok]
@@ -216,6 +224,11 @@ def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None]) ->
                 why = None
             result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}"
                                 + (f" ({why})" if why else ""))
+        elif ctx.device == "cuda" and name in gpu_lock.EXCLUSIVE_RUNGS:
+            with gpu_lock.exclusive(gpu_lock.lock_path(ctx.env), functools.partial(
+                    ctx.progress, name, "waiting for the GPU (another evaluation is measuring "
+                                        "on it)")):
+                result = run_rung(name, module.run, ctx)
         else:
             result = run_rung(name, module.run, ctx)
         ctx.results[name] = result

@@ -1,46 +1,124 @@
 """The judge: one process per evaluation that owns the truth.
 
-Started by `evaluate` as `python -m krung.judge.serve --fd N`. It imports the problem (never the
-version), makes the inputs, computes the expected outputs and compares; the version runs in
-a candidate worker that the judge starts and polices. Results stream back to the parent as
-tagged JSON messages: `env`, `progress`, `rung`, `problem_error`, `error`, `done`.
+Started as `python -m krung.judge.serve --fd N --device D ...`, by `evaluate` (a cold start) or
+ahead of any evaluation by the warm service (krung.host.service, `--pooled`). Either way it
+starts its candidate worker first and imports torch while that one starts, then reads the one
+request it serves. A pooled judge does more before that: CUDA and the profiler started, the
+rungs' modules imported, its worker's hello received; then it says `ready`. It imports the
+problem (never the version), makes the inputs, computes the expected outputs and compares;
+the version runs in the worker, which the judge polices.
+
+Results stream back as tagged JSON messages: `ready` (pooled, before the request), `env`,
+`progress`, `rung`, `problem_error`, `error`, `done`. While it serves the request, the judge
+says something at least every HEARTBEAT_S (a progress message that repeats the last one with
+the time since), so its caller sees a slow rung and tells a hung judge from a busy one fast.
+SIGTERM, or a caller that is gone, ends the judge and its workers at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
+import importlib
+import importlib.metadata
 import os
 import platform
+import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from krung.judge.candidate import Candidate
-from krung.judge.ladder import Context, climb, derive_seed
+from krung.judge.candidate import Candidate, kill_all
+from krung.judge.ladder import RUNGS, Context, climb, derive_seed
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
 from krung.judge.solution import read_solution
-from krung.protocol.channel import Channel
+from krung.protocol.channel import Channel, ChannelClosed
 from krung.protocol.errors import KrungError, ProblemError, RungFailed
 from krung.protocol.results import RungResult
 from krung.protocol.settings import Settings
+from krung.worker.serve import move_to
+
+HEARTBEAT_S = 5.0  # the caller's silence limit (krung.host.evaluate) is several of these
+WORKER_START_S = 300.0  # a pooled judge's wait for its worker's hello
 
 
-def judge(channel: Channel, request: dict[str, Any]) -> None:
+class Pulse:
+    """The judge's side of the channel to its caller. Every message goes under one lock (the
+    heartbeat thread sends too); once nothing was sent for `interval_s`, the heartbeat repeats
+    the last progress message with the time since it (`case 2/4 ... (15 s)`). A send that
+    finds the caller gone ends the judge."""
+
+    def __init__(self, channel: Channel, interval_s: float = HEARTBEAT_S):
+        self._channel = channel
+        self._interval = interval_s
+        self._lock = threading.Lock()
+        self._last_sent = self._since = time.monotonic()
+        self._rung, self._message = "setup", "loading the problem"
+        self._stopped = threading.Event()
+        threading.Thread(target=self._beat, name="krung-heartbeat", daemon=True).start()
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            self._channel.send(message)
+            self._last_sent = time.monotonic()
+            if message.get("type") == "progress":
+                self._rung, self._message = message["rung"], message["message"]
+                self._since = self._last_sent
+
+    def progress(self, rung: str, message: str) -> None:
+        self.send({"type": "progress", "rung": rung, "message": message})
+
+    def starting(self, rung: str) -> None:
+        with self._lock:
+            self._rung, self._message, self._since = rung, "running", time.monotonic()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self._interval / 4):
+            with self._lock:
+                now = time.monotonic()
+                if now - self._last_sent < self._interval or self._stopped.is_set():
+                    continue
+                try:
+                    self._channel.send({"type": "progress", "rung": self._rung,
+                                        "message": f"{self._message} ({now - self._since:.0f} s)"})
+                except ChannelClosed:
+                    abort()
+                self._last_sent = now
+
+
+def abort(*_: Any) -> None:
+    """End now, with the workers and whatever else the judge started (nvcc, ncu): SIGTERM
+    from the caller (Ctrl-C there), or a caller that is gone. Started by `evaluate` or the
+    service in a session of its own, the judge's process group is its own."""
+    kill_all()
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(1)
+
+
+def judge(pulse: Pulse, request: dict[str, Any], candidate: Candidate, device: str,
+          logs: tuple[Path, Path]) -> None:
     settings = Settings(**request["settings"])
     run_dir = Path(request["run_dir"])
-    solution = read_solution(request["solution"])
     from krung.judge.rungs.artifacts.dumped import dump_env
 
+    if request.get("cwd"):  # a pooled judge started elsewhere: work where the caller does
+        move_to(request["cwd"])
+    _move_logs(logs, run_dir, candidate)
+    solution = read_solution(request["solution"])
+    candidate.solution = solution.path
     # The DSLs that can keep the kernels they compile (CuTeDSL) keep them in the run's folder.
-    candidate = Candidate(request["device"], run_dir, solution.path, settings.cuda_ipc,
-                          settings.max_file_bytes, env=dump_env(run_dir))
-    candidate.start()  # its start-up overlaps ours
-    channel.send({"type": "env", "env": {"worker_pid": candidate.pid}})
+    candidate.at_load = {"env": dump_env(run_dir), "cwd": os.getcwd()}
+    pulse.send({"type": "env", "env": {"worker_pid": candidate.pid, "judge_pid": os.getpid()}})
     try:
-        device = resolve_device(request["device"])
         if device == "cuda":
             candidate.use_cuda_ipc()
             if {"benchmark", "roofline"} & set(request["rungs"]):  # the reference is timed too
@@ -55,21 +133,29 @@ def judge(channel: Channel, request: dict[str, Any]) -> None:
         env = {**environment(device), "problem_format": problem.format, **problem.facts}
         ctx = Context(problem=problem, solution=solution, device=device, candidate=candidate,
                       settings=settings, seed=int(request["seed"]), run_dir=run_dir, env=env,
-                      progress=lambda rung, message: channel.send(
-                          {"type": "progress", "rung": rung, "message": message}),
+                      progress=pulse.progress,
                       calibrations=list(request.get("calibrations") or []),
-                      save_calibration=lambda entry: channel.send(
+                      save_calibration=lambda entry: pulse.send(
                           {"type": "calibration", "entry": entry}))
-        channel.send({"type": "env", "env": env})
+        pulse.send({"type": "env", "env": env})
 
         def emit(result: RungResult) -> None:
-            channel.send({"type": "rung", "result": result.to_json()})
+            pulse.send({"type": "rung", "result": result.to_json()})
 
-        climb(ctx, list(request["rungs"]), emit)
-        channel.send({"type": "env", "env": {**environment(device), **_worker_facts(candidate)}})
+        climb(ctx, list(request["rungs"]), emit, starting=pulse.starting)
+        pulse.send({"type": "env", "env": {**environment(device), **_worker_facts(candidate)}})
     finally:
         candidate.close()
-    channel.send({"type": "done"})
+    pulse.send({"type": "done"})
+
+
+def _move_logs(logs: tuple[Path, Path], run_dir: Path, candidate: Candidate) -> None:
+    """A pooled judge's log and its worker's start in the service's folder: into the run's."""
+    own, _ = logs
+    if own != run_dir / "judge.log":
+        with contextlib.suppress(OSError):
+            os.replace(own, run_dir / "judge.log")
+    candidate.move_log(run_dir / "worker.log")
 
 
 def _capped(settings: Settings, problem: Problem) -> Settings:
@@ -102,9 +188,10 @@ def environment(device: str) -> dict[str, Any]:
         "torch": torch.__version__, "numpy": numpy.__version__, "cuda": torch.version.cuda,
         "host": platform.node(), "platform": platform.platform(),
     }
-    triton = sys.modules.get("triton")
-    if triton is not None:
-        env["triton"] = triton.__version__
+    # From the package's metadata, not the module: the profiler's start imports triton in
+    # another thread, and a module still being imported has no __version__ yet.
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        env["triton"] = importlib.metadata.version("triton")
     if device == "cuda":
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(device_name=props.name, sm=f"{props.major}.{props.minor}",
@@ -132,26 +219,75 @@ def _worker_facts(candidate: Candidate) -> dict[str, Any]:
     return {k: facts[k] for k in ("triton",) if facts.get(k)}
 
 
+def _warm(device: str, candidate: Candidate) -> None:
+    """What a pooled judge does before its evaluation comes, so the evaluation need not:
+    import the rungs, start CUDA and the profiler, wait for the worker's hello."""
+    for name in RUNGS:
+        importlib.import_module(f"krung.judge.rungs.{name}")
+    if device == "cuda":
+        import torch
+
+        from krung.worker.timing import warm_profiler
+
+        torch.cuda.init()
+        warm_profiler(wait=True)
+    with contextlib.suppress(RungFailed):  # told again by the compile rung's hello
+        candidate.hello(WORKER_START_S)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m krung.judge.serve")
     parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", default="auto", help="the device its worker runs on")
+    parser.add_argument("--cuda-ipc", action="store_true")
+    parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
+    parser.add_argument("--log", type=Path, required=True, help="where this process writes")
+    parser.add_argument("--worker-log", type=Path, required=True)
+    parser.add_argument("--pooled", action="store_true",
+                        help="warm up fully and say `ready` before reading the request")
     args = parser.parse_args(argv)
     faulthandler.enable()
+    signal.signal(signal.SIGTERM, abort)
     channel = Channel.from_fd(args.fd)
-    request = channel.recv()
+    # The worker starts first, while this process imports torch (and, pooled, warms up).
+    candidate = Candidate(args.device, args.worker_log.parent, Path(), args.cuda_ipc,
+                          args.max_file_bytes, log_name=args.worker_log.name)
+    candidate.start(preload=("triton",) if args.pooled else ())
+    failed: BaseException | None = None
+    device = args.device
     try:
-        judge(channel, request)
+        device = resolve_device(args.device)
+        if args.pooled:
+            _warm(device, candidate)
+    except Exception as exc:  # told to the caller once it asks
+        failed = exc
+    try:
+        if args.pooled:
+            channel.send({"type": "ready"})
+        request = channel.recv()
+    except ChannelClosed:  # nobody will ask: the service stopped before handing us out
+        abort()
+    pulse = Pulse(channel)
+    try:
+        if failed is not None:
+            raise failed
+        judge(pulse, request, candidate, device, (args.log, args.worker_log))
+    except ChannelClosed:
+        abort()
     except ProblemError as exc:
-        channel.send({"type": "problem_error", "message": exc.message, "hint": exc.hint,
-                      "defects": exc.defects})
+        pulse.send({"type": "problem_error", "message": exc.message, "hint": exc.hint,
+                    "defects": exc.defects})
     except KrungError as exc:
-        channel.send({"type": "error", "message": exc.message, "hint": exc.hint, "usage": True})
+        pulse.send({"type": "error", "message": exc.message, "hint": exc.hint, "usage": True})
     except RungFailed as exc:  # the worker failed before any rung began
-        channel.send({"type": "error", "message": str(exc), "hint": exc.hint,
-                      "details": exc.details})
+        pulse.send({"type": "error", "message": str(exc), "hint": exc.hint,
+                    "details": exc.details})
     except Exception as exc:
-        channel.send({"type": "error", "message": f"{type(exc).__name__}: {exc}",
-                      "details": traceback.format_exc()})
+        pulse.send({"type": "error", "message": f"{type(exc).__name__}: {exc}",
+                    "details": traceback.format_exc()})
+    finally:
+        pulse.stop()
+        candidate.close()
     # Everything is sent and the worker is gone: skip the interpreter's (and torch's) slow
     # tear-down, which would only make the caller wait.
     sys.stdout.flush()

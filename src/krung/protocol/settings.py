@@ -15,6 +15,7 @@ from krung.protocol.errors import UsageError
 
 DEVICES = ("auto", "cpu", "cuda")
 PROFILE_SETS = ("fast", "full")
+SERVICE_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ _SETTINGS = {
     "roofline_threshold_pct": Setting("KRUNG_ROOFLINE_THRESHOLD",
                                       "% of the binding roofline ceiling a bench case must "
                                       "reach to count as at the roofline (at most 100)"),
+    "service": Setting("KRUNG_SERVICE", "the warm evaluation service beside the store: auto "
+                                        "(use one that runs), on (start one if none runs; it "
+                                        "exits when idle), off (a fresh judge every time)"),
 }
 
 
@@ -86,6 +90,7 @@ class Settings:
     roofline_threshold_pct: float = 90.0
     compiled_baseline: bool = False
     scale: float = 1.0
+    service: str = "auto"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -144,6 +149,9 @@ def _parse(name: str, source: str, raw: object) -> object:
         raise UsageError(f"{source}={raw!r} is not a profile set krung knows",
                          hint="use fast (the sections krung reads) or full (adds ncu's "
                               "MemoryWorkloadAnalysis; slower)")
+    if name == "service" and raw not in SERVICE_MODES:
+        raise UsageError(f"{source}={raw!r} is not a service mode",
+                         hint=f"use one of: {', '.join(SERVICE_MODES)}")
     if name == "device" and raw not in DEVICES:
         raise UsageError(f"{source}={raw!r} is not a device krung knows",
                          hint=f"use one of: {', '.join(DEVICES)}")

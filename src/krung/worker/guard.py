@@ -8,7 +8,8 @@ version) still compares every output itself.
   was imported; a version that replaces one is caught.
 - `poison`: before a call, memory the version's next allocations will reuse is filled with a
   byte pattern (0xFF makes NaN in every float type), so an output that is not fully written
-  shows garbage instead of stale or zeroed values.
+  shows garbage instead of stale or zeroed values; on a CPU, `perturbed` has glibc fill every
+  block it hands out during the call too (a large one comes fresh, zeroed, from the OS).
 - `OpTrace`: the torch operators a call actually ran (TorchDispatchMode), to enforce a
   problem's ban on delegating its core operation, whatever names or tricks the source used.
 - `python_threads`: threads the version started and left running.
@@ -18,12 +19,16 @@ Stdlib and torch only: this module is imported by the worker.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 NAN_BYTE = 0xFF  # all-ones: NaN in float16/bfloat16/float32/float64, -1 in integers
 OTHER_BYTE = 0x7F  # a second pattern, for the determinism rung's second call
+M_PERTURB = -6  # glibc's mallopt parameter: fill each allocation with the byte ^ 0xFF
 
 
 class Sentinels:
@@ -71,7 +76,7 @@ def poison(specs: list[dict[str, Any]], byte: int, device: str) -> None:
 
     Blocks the size of each expected output are allocated, filled and freed, so the allocator
     hands them out next; on a GPU every free block torch's caching allocator holds is filled
-    too. (On a CPU, the worker also runs with MALLOC_PERTURB_ set, see candidate.py.)
+    too. (On a CPU, the call also runs `perturbed`.)
     """
     import torch
 
@@ -87,6 +92,35 @@ def poison(specs: list[dict[str, Any]], byte: int, device: str) -> None:
     del held
     if device.startswith("cuda"):
         _poison_cached_gpu_blocks(byte)
+
+
+@contextlib.contextmanager
+def perturbed(byte: int) -> Iterator[None]:
+    """Inside the block, glibc fills every block malloc hands out with `byte` (0xFE for 0xFF,
+    which its perturbation cannot make: -1.7e38 or NaN in every float type). For the
+    version's call alone: process-wide it would memset the channel's receive buffers as well,
+    at a cost that grows with the square of a message's size. Nothing where the C library
+    is not glibc."""
+    mallopt = _glibc_mallopt()
+    if mallopt is None:
+        yield
+        return
+    mallopt(M_PERTURB, (0xFE if byte == 0xFF else byte) ^ 0xFF)
+    try:
+        yield
+    finally:
+        mallopt(M_PERTURB, 0)
+
+
+def _glibc_mallopt() -> Any:
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return None
+    except (ValueError, OSError):  # not glibc
+        return None
+    import ctypes
+
+    return ctypes.CDLL(None).mallopt
 
 
 def _poison_cached_gpu_blocks(byte: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
+import importlib
 import importlib.util
 import json
 import os
@@ -23,6 +24,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from krung.protocol.channel import Channel, ChannelClosed, tensor_spec
@@ -30,11 +32,12 @@ from krung.protocol.tree import leaves, map_tensors
 
 
 class Worker:
-    def __init__(self, channel: Channel, device: str):
+    def __init__(self, channel: Channel, device: str, preloaded: tuple[str, ...] = ()):
         from krung.worker.guard import Sentinels, python_threads
 
         self.channel = channel
         self.device = device
+        self.preloaded = preloaded  # DSL packages imported before the version (warm start)
         self.sentinels = Sentinels()  # before any version code runs
         self.threads_before = python_threads()
         self.kernel: Any = None
@@ -80,22 +83,23 @@ class Worker:
         self.solution = Path(request["path"]).resolve()
         entry = request.get("entry") or DEFAULT_ENTRY
         start = time.perf_counter()
+        # What this evaluation sets for the import (a worker started in advance has not seen it).
+        os.environ.update(request.get("env") or {})
+        if request.get("cwd"):
+            move_to(request["cwd"])
         # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
         sys.path.extend(p for p in entry.get("import_paths", []) if p not in sys.path)
         if request.get("build_cache"):  # CUDA C++ on a GPU: torch builds in krung's cache
             from krung.worker import torch_build
 
             torch_build.install(request["build_cache"], self.solution)
+        before = set(sys.modules)
         module = _import_version(self.solution)
-        if self.device == "cpu" and "triton" in sys.modules:
-            from krung.worker.interpreter import fix_autotune, fix_bfloat16
-
-            fix_bfloat16()
-            fix_autotune()
-        if "triton" in sys.modules:  # note every kernel launch, for the artifacts rung
-            from krung.worker.launches import install
-
-            install()
+        uses_triton = "triton" in sys.modules and (
+            "triton" not in self.preloaded
+            or _refers_to("triton", [module, *(sys.modules[m] for m in set(sys.modules) - before)]))
+        if uses_triton:
+            prepare_triton(self.device)
         if "tilelang" in sys.modules:  # and every TileLang kernel called
             from krung.worker import tilelang_kernels
 
@@ -106,22 +110,25 @@ class Worker:
             return {"ok": False, "error": {
                 "type": exc.error_type, "kind": "load", "location": str(self.solution),
                 "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint}}
-        triton = sys.modules.get("triton")
+        triton = sys.modules.get("triton") if uses_triton else None
         return {"ok": True, "load_s": time.perf_counter() - start,
                 "triton": getattr(triton, "__version__", None), **_builds()}
 
     def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run the version once. Optionally: poison the memory its outputs will likely get,
         trace the torch operators it runs, and send back its inputs as they are after it."""
-        from krung.worker.guard import OpTrace, poison
+        from krung.worker.guard import OpTrace, perturbed, poison
 
         inputs = self.to_device(request["inputs"])
+        poisoned: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if request.get("poison"):
             poison(request["poison"]["specs"], request["poison"]["byte"], self.device)
+            if self.device == "cpu":
+                poisoned = perturbed(request["poison"]["byte"])
         self.synchronize()
         trace = OpTrace() if request.get("trace_ops") else contextlib.nullcontext()
         start = time.perf_counter()
-        with trace:
+        with poisoned, trace:
             result = self.kernel(*inputs)
         reply = _outputs_reply(result, self.device)
         self.synchronize()
@@ -298,6 +305,70 @@ def _builds() -> dict[str, Any]:
     return {"builds": done} if done else {}
 
 
+def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
+    """A worker started ahead of its version (the warm service) does now what the version's
+    first load and checked call would otherwise pay for: import the DSL packages that are
+    installed, prepare Triton, and enter the operator trace once (its first use imports
+    hundreds of torch modules: seconds). Returns the packages imported."""
+    import torch
+
+    from krung.worker.guard import OpTrace
+
+    preloaded = tuple(p for p in packages if importlib.util.find_spec(p) is not None)
+    for package in preloaded:  # after resolve_device: Triton reads TRITON_INTERPRET at import
+        importlib.import_module(package)
+    if "triton" in preloaded:
+        prepare_triton(device)
+    with OpTrace():
+        torch.ones(2).add(1)
+    return preloaded
+
+
+def prepare_triton(device: str) -> None:
+    """Under the interpreter, fix its bfloat16 and its autotuner (krung.worker.interpreter);
+    everywhere, note every kernel launch, for the artifacts rung. Once per process."""
+    if device == "cpu":
+        from krung.worker.interpreter import fix_autotune, fix_bfloat16
+
+        fix_bfloat16()
+        fix_autotune()
+    from krung.worker.launches import install
+
+    install()
+
+
+def _refers_to(package: str, modules: list[Any]) -> bool:
+    """Whether any of `modules` (not the package's own) holds the package, one of its modules,
+    or something it defines (a @triton.jit kernel): how a worker that imported the package in
+    advance tells whether the version uses it."""
+    def of_package(name: Any) -> bool:
+        return isinstance(name, str) and name.split(".")[0] == package
+
+    for module in modules:
+        if of_package(getattr(module, "__name__", None)):
+            continue
+        for value in list(vars(module).values()):
+            try:
+                if isinstance(value, ModuleType):
+                    if of_package(value.__name__):
+                        return True
+                elif of_package(getattr(value, "__module__", None)) or of_package(
+                        type(value).__module__):
+                    return True
+            except Exception:  # an object whose attributes raise: it tells nothing
+                continue
+    return False
+
+
+def move_to(cwd: str) -> None:
+    """Work in `cwd`, as a process started there would: its path entry (`python -m` puts the
+    start directory first on sys.path) follows."""
+    here = os.getcwd()
+    os.chdir(cwd)
+    if sys.path and sys.path[0] == here:
+        sys.path[0] = os.getcwd()
+
+
 def _import_version(path: Path) -> Any:
     spec = importlib.util.spec_from_file_location("krung_version", path)
     if spec is None or spec.loader is None:
@@ -343,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-profiler", action="store_true",
                         help="start CUPTI in the background now (on a GPU), for the timing")
     parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
+    parser.add_argument("--preload", action="append", default=[],
+                        help="a DSL package to import before any version (a warm start)")
     args = parser.parse_args(argv)
     # A print flood (or any runaway file) ends the worker with SIGXFSZ at this size.
     resource.setrlimit(resource.RLIMIT_FSIZE, (args.max_file_bytes, args.max_file_bytes))
@@ -350,6 +423,9 @@ def main(argv: list[str] | None = None) -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the judge asks on a timeout
     channel = Channel.from_fd(args.fd)
     device = resolve_device(args.device)
+    preloaded: tuple[str, ...] = ()
+    if args.preload:
+        preloaded = warm_up(device, args.preload)
     if device == "cuda":
         import torch
 
@@ -358,9 +434,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.warm_profiler:  # before Worker() counts the threads that are not the version's
             from krung.worker.timing import warm_profiler
 
-            warm_profiler()
+            warm_profiler(wait=bool(args.preload))  # started ahead: it has the time
     channel.send({"ok": True, "pid": os.getpid(), **describe_device(device)})
-    Worker(channel, device).serve()
+    Worker(channel, device, preloaded).serve()
 
 
 if __name__ == "__main__":

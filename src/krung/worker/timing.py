@@ -181,11 +181,14 @@ class _Cuda:
     warm: bool = False
 
 
-def warm_profiler() -> None:
+def warm_profiler(wait: bool = False) -> None:
     """Start the profiler once in a background thread, so that its first-session cost (CUPTI
     and kineto loading: seconds) is paid while the process does other work, not inside the
-    first measurement. `measure` waits for it. Not for a process under ncu or
-    compute-sanitizer, whose own instrumentation CUPTI would collide with."""
+    first measurement. `measure` waits for it. With `wait`, start it here and now (a judge
+    of the warm service, which has the time before its evaluation comes). Not for a process
+    under ncu or compute-sanitizer, whose own instrumentation CUPTI would collide with."""
+    if wait and _Cuda.warming is None and not _Cuda.warm:
+        _start_profiler()
     if _Cuda.warming is None and not _Cuda.warm:
         _Cuda.warming = threading.Thread(target=_start_profiler, name="krung-profiler-warmup",
                                          daemon=True)

@@ -1,10 +1,12 @@
 """The local executor: evaluations on this machine, several at once if asked.
 
-Slots are taken from a queue by threads that each call `krung.evaluate` (which starts its own
-judge and worker processes). With `gpus`, a slot is one GPU: its evaluations see only that GPU
-(CUDA_VISIBLE_DEVICES). Two benchmarks never share a GPU at once: more than one slot per GPU
-is allowed only for batches that do not benchmark, and so are several workers without `gpus`
-on a machine with a GPU (they would all run on its first GPU).
+Slots are taken from a queue by threads that each call `krung.evaluate` (each evaluation its
+own judge and worker processes, pre-started by the store's warm service, which runs for the
+length of the batch: krung.host.service). With `gpus`, a slot is one GPU: its evaluations see
+only that GPU (CUDA_VISIBLE_DEVICES). Several slots may share a GPU (`per_gpu`, or `workers`
+without `gpus`): the rungs that measure take the GPU for themselves (krung.judge.gpu_lock),
+so two benchmarks never overlap, and the next versions' start, compile and correctness run
+meanwhile.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import subprocess
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
+from krung.host import service
 from krung.host.evaluate import evaluate
 from krung.host.scale import Job, Outcome
-from krung.judge.ladder import select
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
 
@@ -37,24 +39,17 @@ class LocalExecutor:
         self.slots = len(self.gpus) * per_gpu if self.gpus else workers
 
     def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
-        if self.gpus and self.per_gpu > 1 and any(
-                "benchmark" in select(job.rungs) for job in jobs):
-            raise UsageError("two benchmarks would share a GPU (--per-gpu above 1)",
-                             hint="use --per-gpu 1, or --rungs without benchmark for "
-                                  "correctness-only batches")
-        if not self.gpus and self.slots > 1 and any(
-                "benchmark" in select(job.rungs) and (job.device or settings.device) != "cpu"
-                for job in jobs) and visible_gpus():
-            raise UsageError(f"{self.slots} benchmarks would share a GPU (--workers "
-                             f"{self.slots} without --gpus runs them all on the first GPU)",
-                             hint="pin each worker to its own GPU with --gpus all (or "
-                                  "--gpus 0,1), or use --workers 1, or --rungs without "
-                                  "benchmark for correctness-only batches")
         slots: queue.Queue[dict[str, str]] = queue.Queue()
         for gpu in self.gpus or [None] * self.slots:
             for _ in range(self.per_gpu if gpu is not None else 1):
                 slots.put({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})
-        with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="krung-slot") as pool:
+        envs = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in self.gpus] or [{}]
+        kinds = [service.JudgeSpec.of(settings.replace(device=device), env) for env in envs
+                 for device in {job.device for job in jobs}]
+        # A judge ready beside each slot of a GPU (or of this machine) while its evaluation runs.
+        ready = self.slots // len(envs)
+        with service.serving(settings, pool=ready, kinds=kinds), ThreadPoolExecutor(
+                max_workers=self.slots, thread_name_prefix="krung-slot") as pool:
             pending: set[Future[Outcome]] = {
                 pool.submit(_run_in_slot, job, settings, slots) for job in jobs}
             while pending:

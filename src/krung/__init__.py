@@ -41,6 +41,7 @@ _EXPORTS = {
     "write_report": "krung.host.html_report",
     "DEFAULT_LADDER": "krung.judge.ladder",
     "RUNGS": "krung.judge.ladder",
+    "select_rungs": "krung.judge.ladder",
     "builtin_problems": "krung.judge.problem",
     "detect_format": "krung.judge.problem",
     "find_problem": "krung.judge.problem",
@@ -71,7 +72,7 @@ _EXPORTS = {
     "Workspace": "krung.host.workspace",
     "init_workspace": "krung.host.workspace",
 }
-_RENAMED = {"FILE_KINDS": "KINDS"}  # exported under another name than its module's
+_RENAMED = {"FILE_KINDS": "KINDS", "select_rungs": "select"}  # exported under another name than its module's
 
 __all__ = [
     "BEST_RULES",
@@ -124,6 +125,7 @@ __all__ = [
     "run_suite",
     "save_version",
     "search_context",
+    "select_rungs",
     "summary_of",
     "watch",
     "write_report",
@@ -167,6 +169,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from krung.host.watch import watch
     from krung.host.workspace import Workspace, init_workspace
     from krung.judge.ladder import DEFAULT_LADDER, RUNGS
+    from krung.judge.ladder import select as select_rungs
     from krung.judge.problem import builtin_problems, detect_format, find_problem, history_name
     from krung.judge.problem.catalog import describe_problem, list_problems
     from krung.judge.rungs.roofline.calibration import Calibration

@@ -120,19 +120,24 @@ def run(
     vs_compiled: Annotated[bool, typer.Option(
         "--vs-compiled", help="Also time torch.compile(reference) in the benchmark rung and "
                               "give the speedup against it.")] = False,
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="Also climb the profile rung (Nsight Compute on the case furthest "
+                          "from the roofline; tens of seconds, GPU only): --rungs +profile.")
+    ] = False,
     json_output: JsonOption = False,
     output_format: FormatOption = None,
     store: StoreOption = None,
 ) -> None:
     """Evaluate one version of a problem through the ladder and record the run."""
+    if profile:
+        rungs = _with_profile(rungs)
     settings = _settings(store).replace(call_timeout_s=timeout,
                                         compile_timeout_s=compile_timeout,
                                         compiled_baseline=vs_compiled or None)
     chosen = _output_format(json_output, output_format)
     show = chosen is OutputFormat.TEXT
     # A bar on a terminal, else `[rung] case i/n ...` lines on stderr at most once a second.
-    asked = {n.strip() for n in rungs.split(",")} if rungs else set(krung.DEFAULT_LADDER)
-    planned = [r for r in krung.RUNGS if r in asked]
+    planned = krung.select_rungs(rungs)
     progress = display.run_progress(err, planned) if show else None
 
     def on_env(env: dict) -> None:
@@ -169,6 +174,13 @@ def run(
     if result.error:
         raise typer.Exit(ExitCode.INTERNAL)
     raise typer.Exit(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+def _with_profile(rungs: str | None) -> str:
+    """`--rungs` with the profile added: to the default ladder, or to the rungs named."""
+    if not rungs or rungs.strip().startswith("+"):
+        return f"{rungs},+profile" if rungs else "+profile"
+    return f"{rungs},profile"
 
 
 @app.command()

@@ -77,10 +77,10 @@ def _print_calibration(calibration: krung.Calibration) -> None:
 
 
 def _rate(value: float | None, unit: str) -> str:
-    """4.31 TB/s, 790 TFLOP/s, or '-'."""
+    """4.31 TB/s, 790 TFLOP/s, 4.18 Top/s, or '-'."""
     if not value:
         return "-"
-    return f"{value / 1e12:.3g} {'TB/s' if unit == 'B/s' else 'TFLOP/s'}"
+    return f"{value / 1e12:.3g} T{unit}"
 
 
 def report(

@@ -99,7 +99,7 @@ def evaluate(
             "settings": {k: str(v) if isinstance(v, Path) else v
                          for k, v in settings.__dict__.items()},
             # The roofline rung reads the device's ceilings measured before, if any.
-            "calibrations": db.calibrations() if "roofline" in names else [],
+            "calibrations": db.calibrations() if {"roofline", "profile"} & set(names) else [],
         }
         with _sigterm_interrupts():
             interrupted = _drive_judge(run, db, request, settings, on_result, on_progress,

@@ -125,7 +125,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         name: NameArg = None,
         rungs: Annotated[list[RungName] | str | None, Field(description=(
             f"Rungs to climb, as a list or comma-separated as on the command line "
-            f"(\"static,compile\"); they run in ladder order ({', '.join(krung.RUNGS)}) "
+            f"(\"static,compile\"), or rungs added to the default ladder (\"+profile\"); they run in ladder order ({', '.join(krung.RUNGS)}) "
             "whatever the order given. Default: the default ladder "
             f"({', '.join(krung.DEFAULT_LADDER)}). A rung whose needed rung failed is "
             "skipped."))] = None,
@@ -150,7 +150,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
             krung.find_problem(problem)  # a wrong problem is reported before saving a source
             names = _rung_names(rungs)
             path = _version(version_path, source, name, db_path)
-            report = _ProgressReporter(ctx, len(names or krung.DEFAULT_LADDER))
+            report = _ProgressReporter(ctx, len(names))
             run = await _in_thread(functools.partial(
                 krung.evaluate, problem, path, rungs=names,
                 device=device, seed=seed, store=db_path, on_result=report.rung_done,
@@ -346,18 +346,11 @@ class _ProgressReporter:
             log.debug("progress notification not sent", exc_info=True)
 
 
-def _rung_names(rungs: list[str] | str | None) -> list[str] | None:
-    """The rungs asked for as a list, from a list or the command line's `a,b`; an unknown name
-    is refused before anything is saved or run (UsageError naming the known ones)."""
-    if isinstance(rungs, str):
-        rungs = [name.strip() for name in rungs.split(",") if name.strip()]
-    if not rungs:
-        return None
-    unknown = [name for name in rungs if name not in krung.RUNGS]
-    if unknown:
-        raise krung.UsageError(f"unknown rung(s): {', '.join(unknown)}",
-                               hint=f"choose from: {','.join(krung.RUNGS)}")
-    return list(dict.fromkeys(rungs))
+def _rung_names(rungs: list[str] | str | None) -> list[str]:
+    """The rungs to climb, in ladder order, from a list or the command line's `a,b` (or
+    `+profile`, added to the default ladder); an unknown name is refused before anything is
+    saved or run (UsageError naming the known ones)."""
+    return krung.select_rungs(rungs)
 
 
 def _version(path: str | None, source: str | None, name: str | None, db_path: Path) -> Path:

@@ -346,7 +346,8 @@ def _roofline_lines(rung: RungResult | None) -> list[str]:
              f"{format_value(f.get('threshold_pct'))}%; ceilings {f.get('ceilings_from')}"]
     for row in (f.get("per_case") or [])[:AGENT_CASES]:
         if row.get("verdict"):
-            lines.append(f"  {row['case']}: {format_value(row.get('pct'))}% of {row['ceiling']}"
+            ceiling = row.get("ceiling_label", row["ceiling"])
+            lines.append(f"  {row['case']}: {format_value(row.get('pct'))}% of {ceiling}"
                          f" ({row['bound']}-bound, {format_value(row.get('tflops'))} TFLOP/s, "
                          f"{format_value(row.get('gbps'))} GB/s), {row['verdict']}")
     return lines
@@ -363,6 +364,8 @@ def _next_step(run: Run, failed: RungResult | None) -> str:
         if roofline.figures.get("verdict") == "at-roofline":
             return ("every bench case is at the roofline: stop optimising this kernel, or cut "
                     "the work itself (fewer bytes or flops)")
+        if roofline.figures.get("next_step"):  # from the measured limiter (roofline/next_step)
+            return str(roofline.figures["next_step"])
         return (f"{format_value(roofline.figures.get('pct_of_roofline'))}% of the roofline; "
                 f"the furthest case is {roofline.figures.get('worst_case')}: "
                 f"{roofline.figures.get('limiter')}")

@@ -61,4 +61,5 @@ def _ceilings(ctx: Context) -> tuple[Ceilings | None, str]:
     if sheet is None:
         return None, ""
     return Ceilings(dram_bytes_per_s=sheet.dram_bytes_per_s, flops_per_s=sheet.flops_per_s,
-                    source="datasheet"), "datasheet peaks: no calibration kept for this GPU yet"
+                    pipes_per_s=dict(sheet.pipes_per_s), source="datasheet"), \
+        "datasheet peaks: no calibration kept for this GPU yet"

@@ -35,7 +35,10 @@ def test_a_run_is_written_as_it_goes_and_read_back(tmp_path):
     assert back.rungs[1].figures["per_case"] == [{"case": "n=1"}]
     assert back.env == {"device": "cpu", "torch": "2.x"}
     assert back.source == run.source and back.seed == 7
-    assert (tmp_path / "runs" / run.run_id).is_dir() or store.artifacts_dir(run.run_id).is_dir()
+    # The run's files go to runs/<id>/ beside the store, a folder made when first asked for.
+    folder = store.artifacts_dir(run.run_id, create=False)
+    assert folder == tmp_path / "runs" / run.run_id and not folder.exists()
+    assert store.artifacts_dir(run.run_id) == folder and folder.is_dir()
 
 
 def test_history_is_newest_first_and_unknown_ids_are_explained(tmp_path):

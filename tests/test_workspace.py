@@ -179,5 +179,7 @@ def test_workspaces_name_their_problem_and_keep_their_runs_apart(krung, tmp_path
         assert [r["run_id"] for r in history.json()] == [ran[ws]["run_id"]]
     ambiguous = krung("history", "vector_add", "--json", cwd=tmp_path)
     assert ambiguous.code == 2
-    assert "2 problems named vector_add have runs" in ambiguous.stderr
-    assert str(tmp_path / "one" / "vector_add") in ambiguous.stderr
+    error = ambiguous.json()  # with --json, errors are one JSON object on stdout too
+    assert error["error_type"] == "UsageError"
+    assert "2 problems named vector_add have runs" in error["error"]
+    assert str(tmp_path / "one" / "vector_add") in error["error"]

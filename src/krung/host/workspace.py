@@ -95,9 +95,9 @@ def init_workspace(directory: str | Path, *, problem: str | None = None,
     for name, text in (
         ("AGENTS.md", _agents_md(title, dsl, signature, description, working,
                                  problem_dir.name)),
-        ("CLAUDE.md", templates.CLAUDE_MD),
+        ("CLAUDE.md", templates.workspace_file("CLAUDE.md")),
         (".mcp.json", templates.mcp_json(krung_command())),
-        (".gitignore", templates.GITIGNORE),
+        (".gitignore", templates.workspace_file("gitignore")),
     ):
         (target / name).write_text(text)
         files.append(target / name)
@@ -195,9 +195,9 @@ def _first_version(dsl: str, title: str, signature: str, working: bool,
                  "version in\nthis DSL is laid out; `kernel` is where yours goes, and it "
                  "raises NotImplementedError\nuntil then. Write your first kernel as "
                  "versions/v2.py, starting from this file.\n")
-    return templates.fill(templates.VERSIONS[dsl], title=title, signature=signature,
+    return templates.fill(templates.version(dsl), title=title, signature=signature,
                           state=state, entry=entry,
-                          checks=templates.fill(templates.CHECKS, problem_dir=problem_dir))
+                          checks=templates.fill(templates.workspace_file("checks.txt"), problem_dir=problem_dir))
 
 
 def _agents_md(title: str, dsl: str, signature: str, description: str, working: bool,
@@ -217,7 +217,7 @@ def _agents_md(title: str, dsl: str, signature: str, description: str, working: 
             "tensor(s) with the count, dtype, shape and device of the reference's outputs, "
             f"computed by your own kernel in {templates.DSL_SHORT[dsl]}.")
     return templates.fill(
-        templates.AGENTS_MD, title=title, problem_dir=problem_dir,
+        templates.workspace_file("AGENTS.md"), title=title, problem_dir=problem_dir,
         dsl_name=templates.DSL_NAMES[dsl],
         dsl_short=templates.DSL_SHORT[dsl], context_hint=templates.CONTEXT_HINTS[dsl],
         v1_state=textwrap.fill(f"`versions/v1.py` is {v1_state}", width=96,

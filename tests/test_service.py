@@ -383,3 +383,39 @@ def test_the_gpu_lock_is_exclusive_across_processes(tmp_path):
         assert after.stdout.startswith("holding")
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.gpu
+def test_two_benchmarks_at_once_on_one_gpu_take_turns(store, scale_problem, version):
+    """Two evaluations through one service on one GPU: their benchmark rungs do not overlap
+    (each rung's span from when its result came and how long it took), and both pass."""
+    import threading
+
+    import krung
+
+    store.parent.mkdir(parents=True, exist_ok=True)
+    service.start(store, pool=2)
+    spans: dict[int, tuple[float, float]] = {}
+    runs = {}
+
+    def evaluate(index: int) -> None:
+        def on_result(result) -> None:
+            if result.name == "benchmark":
+                end = time.monotonic()
+                spans[index] = (end - result.duration_s, end)
+
+        runs[index] = krung.evaluate(scale_problem, version(f"good{index}", GOOD),
+                                     rungs="static,compile,run,correctness,benchmark",
+                                     device="cuda", store=store, on_result=on_result)
+
+    try:
+        threads = [threading.Thread(target=evaluate, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+    finally:
+        service.stop(store)
+    assert all(runs[i].ok for i in range(2)), [r.line() for i in runs for r in runs[i].rungs]
+    (_, first_end), (second_start, _) = sorted(spans.values())
+    assert second_start >= first_end - 0.05, spans  # it began once the first had ended

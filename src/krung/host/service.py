@@ -15,7 +15,7 @@ imports a version: the trust rules of a cold evaluation hold unchanged.
 An evaluation asks for a judge (`acquire`) and gets the judge's channel itself, passed over
 the socket (SCM_RIGHTS): from then on it talks to the judge as to one it started, and a
 service that dies mid-run loses nothing. The pool refills at once. The service exits when
-nobody asked for a judge for `idle_s`, when the process it serves (`--owner`) is gone, or
+no evaluation ran or was asked for during `idle_s`, when the process it serves (`--owner`) is gone, or
 when krung's source changed since it started (a caller with newer code is told so, and
 starts its judge cold).
 """
@@ -631,7 +631,7 @@ class Service:
                     if not judge.ready and judge.channel.poll(0):
                         self._hear(pool, judge)
             self._reap()
-            idle = time.monotonic() - self.used_at
+            idle = 0.0 if self.busy else time.monotonic() - self.used_at
         if idle > self.idle_s:
             self.why_stopped = f"idle for {self.idle_s:g} s"
             self.stopping.set()
@@ -667,6 +667,7 @@ class Service:
             if code is not None:
                 self.statuses[pid] = code
                 del self.busy[pid]
+                self.used_at = time.monotonic()  # idle counts from the last evaluation's end
                 print(f"judge {pid} exited with status {code}", flush=True)
         while len(self.statuses) > 1000:  # the oldest are nobody's concern any more
             del self.statuses[next(iter(self.statuses))]

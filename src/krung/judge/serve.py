@@ -87,7 +87,7 @@ class Pulse:
                 if now - self._last_sent < self._interval or self._stopped.is_set():
                     continue
                 try:
-                    self._channel.send({"type": "progress", "rung": self._rung,
+                    self._channel.send({"type": "progress", "rung": self._rung, "heartbeat": True,
                                         "message": f"{self._message} ({now - self._since:.0f} s)"})
                 except ChannelClosed:
                     abort()

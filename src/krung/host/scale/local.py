@@ -46,9 +46,9 @@ class LocalExecutor:
         envs = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in self.gpus] or [{}]
         kinds = [service.JudgeSpec.of(settings.replace(device=device), env) for env in envs
                  for device in {job.device for job in jobs}]
-        # A judge ready beside each slot of a GPU (or of this machine) while its evaluation runs.
-        ready = self.slots // len(envs)
-        with service.serving(settings, pool=ready, kinds=kinds), ThreadPoolExecutor(
+        # Per GPU (or this machine): a judge for each slot at work, and one warming up beside it.
+        judges = 2 * self.slots // len(envs)
+        with service.serving(settings, pool=judges, kinds=kinds), ThreadPoolExecutor(
                 max_workers=self.slots, thread_name_prefix="krung-slot") as pool:
             pending: set[Future[Outcome]] = {
                 pool.submit(_run_in_slot, job, settings, slots) for job in jobs}

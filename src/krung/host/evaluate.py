@@ -180,7 +180,11 @@ def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
                  on_env: OnEnv | None, env: dict[str, str]) -> bool:
     """Send the request to a judge and record what it sends; True when interrupted."""
     run_dir = Path(request["run_dir"])
-    judge = _take_judge(settings, db.path, run_dir, env)
+    try:
+        judge = _take_judge(settings, db.path, run_dir, env)
+    except KeyboardInterrupt:  # a judge half taken sees its channel close, and ends
+        run.error = "interrupted (Ctrl-C or SIGTERM) before the evaluation began"
+        return True
     run.env["judge"] = judge.origin
     worker_pid = None
     limit, stop_within = JUDGE_START_S, 15.0

@@ -79,8 +79,13 @@ class JudgeSpec:
 
     @classmethod
     def of(cls, settings: Settings, env: dict[str, str]) -> JudgeSpec:
-        return cls(settings.device, settings.cuda_ipc, settings.max_file_bytes,
-                   dict(os.environ, PYTHONUNBUFFERED="1", **env))
+        """The judge for an evaluation with `settings`, in this process's environment plus
+        `env`; search paths made absolute, since a pooled judge starts elsewhere."""
+        full = dict(os.environ, PYTHONUNBUFFERED="1", **env)
+        if full.get("PYTHONPATH"):
+            full["PYTHONPATH"] = os.pathsep.join(
+                os.path.abspath(p) if p else p for p in full["PYTHONPATH"].split(os.pathsep))
+        return cls(settings.device, settings.cuda_ipc, settings.max_file_bytes, full)
 
     def args(self, log: Path, worker_log: Path, pooled: bool = False) -> list[str]:
         """The judge's command-line arguments (krung.judge.serve)."""

@@ -419,3 +419,19 @@ def test_two_benchmarks_at_once_on_one_gpu_take_turns(store, scale_problem, vers
     assert all(runs[i].ok for i in range(2)), [r.line() for i in runs for r in runs[i].rungs]
     (_, first_end), (second_start, _) = sorted(spans.values())
     assert second_start >= first_end - 0.05, spans  # it began once the first had ended
+
+
+def test_the_judge_reads_versions_without_importing_triton():
+    """The profiler's start imports Triton in another thread; the judge's record of the
+    environment, made meanwhile, must not touch the half-imported module (issue 20's
+    `partially initialized module 'triton'`): it reads the installed version instead."""
+    script = ("import sys, types\n"
+              "sys.modules['triton'] = types.ModuleType('triton')  # no __version__ yet\n"
+              "from krung.judge.serve import environment\n"
+              "print(environment('cpu').get('triton'))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    import importlib.metadata
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == importlib.metadata.version("triton")

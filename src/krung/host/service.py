@@ -234,13 +234,13 @@ def start(store: str | Path, pool: int = POOL, idle_s: float = IDLE_S,
 
 
 @contextlib.contextmanager
-def serving(settings: Settings, pool: int = POOL,
-            kinds: list[JudgeSpec] | None = None) -> Iterator[None]:
+def serving(settings: Settings, pool: int = POOL, kinds: list[JudgeSpec] | None = None,
+            start_one: bool = True) -> Iterator[None]:
     """A service for the length of a command (`krung watch`, `mcp`, `batch`, `suite`): the one
     that runs, its pool raised to `pool` judges per kind meanwhile, or one started here that
-    ends with this process. Judges start at once for each of `kinds` (default: evaluations
-    with `settings`). Without a service (KRUNG_SERVICE=off, or it cannot start) the command
-    goes on cold."""
+    ends with this process (unless not `start_one`, and KRUNG_SERVICE is not `on`). Judges
+    start at once for each of `kinds` (default: evaluations with `settings`). Without a
+    service (KRUNG_SERVICE=off, or it cannot start) the command goes on cold."""
     if settings.service == "off":
         yield
         return
@@ -248,12 +248,14 @@ def serving(settings: Settings, pool: int = POOL,
     previous = None
     try:
         found = status(settings.store)
-        if found is None or found.get("stamp") != code_stamp():
+        if found is not None and found.get("stamp") == code_stamp():
+            previous = _ask(settings.store, {"op": "pool", "size": pool})
+        elif start_one or settings.service == "on":
             start(settings.store, pool=pool, owner=os.getpid())
             started = True
         else:
-            previous = _ask(settings.store, {"op": "pool", "size": pool})
-        for spec in kinds or [JudgeSpec.of(settings, {})]:
+            kinds = []
+        for spec in [JudgeSpec.of(settings, {})] if kinds is None else kinds:
             _ask(settings.store, {"op": "prime", "key": spec.key(), "spec": spec.to_json(),
                                   "stamp": code_stamp()})
     except (OSError, KrungError):

@@ -326,8 +326,10 @@ def test_the_service_ends_with_its_owner_and_when_idle(store, tmp_path):
 
 
 def test_batch_uses_a_service_for_its_length(krung, store, scale_problem, version):
+    """(On a machine with cores to spare it starts one by itself; here it is asked to.)"""
     versions = [version(f"good{i}", GOOD) for i in range(3)]
-    result = krung("batch", scale_problem, *versions, "--rungs", QUICK, "--json")
+    result = krung("batch", scale_problem, *versions, "--rungs", QUICK, "--json",
+                   env={"KRUNG_SERVICE": "on"})
     assert result.code == 0, result.stderr
     runs = [o["run"] for o in result.json()["outcomes"]]
     assert all(r["ok"] for r in runs)
@@ -383,3 +385,55 @@ def test_the_gpu_lock_is_exclusive_across_processes(tmp_path):
         assert after.stdout.startswith("holding")
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.gpu
+def test_two_benchmarks_at_once_on_one_gpu_take_turns(store, scale_problem, version):
+    """Two evaluations through one service on one GPU: their benchmark rungs do not overlap
+    (each rung's span from when its result came and how long it took), and both pass."""
+    import threading
+
+    import krung
+
+    store.parent.mkdir(parents=True, exist_ok=True)
+    service.start(store, pool=2)
+    spans: dict[int, tuple[float, float]] = {}
+    runs = {}
+
+    def evaluate(index: int) -> None:
+        def on_result(result) -> None:
+            if result.name == "benchmark":
+                end = time.monotonic()
+                spans[index] = (end - result.duration_s, end)
+
+        runs[index] = krung.evaluate(scale_problem, version(f"good{index}", GOOD),
+                                     rungs="static,compile,run,correctness,benchmark",
+                                     device="cuda", store=store, on_result=on_result)
+
+    try:
+        threads = [threading.Thread(target=evaluate, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+    finally:
+        service.stop(store)
+    assert all(runs[i].ok for i in range(2)), [r.line() for i in runs for r in runs[i].rungs]
+    (_, first_end), (second_start, _) = sorted(spans.values())
+    assert second_start >= first_end - 0.05, spans  # it began once the first had ended
+
+
+def test_the_judge_reads_versions_without_importing_triton():
+    """The profiler's start imports Triton in another thread; the judge's record of the
+    environment, made meanwhile, must not touch the half-imported module (issue 20's
+    `partially initialized module 'triton'`): it reads the installed version instead."""
+    script = ("import sys, types\n"
+              "sys.modules['triton'] = types.ModuleType('triton')  # no __version__ yet\n"
+              "from krung.judge.serve import environment\n"
+              "print(environment('cpu').get('triton'))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    import importlib.metadata
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == importlib.metadata.version("triton")

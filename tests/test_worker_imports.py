@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
 import torch
 
 from krung.judge.candidate import Candidate
@@ -23,12 +24,14 @@ def _imported(log: str) -> list[str]:
     return sorted({n.strip() for n in names})
 
 
-def test_the_worker_loads_only_protocol_and_worker_modules(tmp_path):
+@pytest.mark.parametrize("preload", [(), ("triton",)], ids=["cold", "warm"])
+def test_the_worker_loads_only_protocol_and_worker_modules(tmp_path, preload):
     """Load a Triton version, make a checked call with poisoned outputs and op tracing, time
-    it, and list its kernels: every path a ladder takes through the worker on a CPU."""
+    it, and list its kernels: every path a ladder takes through the worker on a CPU, started
+    cold or warm (as the service starts it: Triton and the operator trace in advance)."""
     solution = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
     candidate = Candidate("cpu", tmp_path, solution, env={"PYTHONPROFILEIMPORTTIME": "1"})
-    candidate.start()
+    candidate.start(preload)
     try:
         x = torch.randn(7, 129, generator=torch.Generator().manual_seed(11))
         load = candidate.request({"op": "load", "path": str(solution)}, 120, "load")

@@ -36,8 +36,10 @@ def _store(store: Path | None) -> Path:
 
 @service_app.command()
 def start(
-    pool: Annotated[int, typer.Option(help="Judges kept ready for each kind of evaluation "
-                                           "(device, settings, environment).")] = service.POOL,
+    pool: Annotated[int, typer.Option(help="Judges kept for each kind of evaluation (device, "
+                                           "settings, environment), those at work counted: "
+                                           "one replaces another when its evaluation "
+                                           "ends.")] = service.POOL,
     idle: Annotated[float, typer.Option(help="Seconds without an evaluation after which the "
                                              "service exits.")] = service.IDLE_S,
     json_output: JsonOption = False,

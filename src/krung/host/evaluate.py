@@ -4,7 +4,8 @@ Runs in the caller's process, which never imports the version, the problem or ev
 takes a judge process (a warm one from the store's service, krung.host.service, else it starts
 one), streams the rung results it sends into the store and to the caller, and keeps a watchdog
 on it: the judge says something every few seconds, so one that goes silent is killed within
-SILENCE_S. If the judge dies, the run is still recorded, with why. Ctrl-C (or SIGTERM, where
+SILENCE_S, and one whose heartbeat goes on while nothing else moves for longer than any step
+may take (a problem's reference that never returns) is killed too. If the judge dies, the run is still recorded, with why. Ctrl-C (or SIGTERM, where
 this is the main thread) stops the judge and its worker at once and records the run as
 interrupted, the rungs done by then included, before the KeyboardInterrupt goes on up.
 """
@@ -180,10 +181,18 @@ def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
                  on_env: OnEnv | None, env: dict[str, str]) -> bool:
     """Send the request to a judge and record what it sends; True when interrupted."""
     run_dir = Path(request["run_dir"])
-    judge = _take_judge(settings, db.path, run_dir, env)
+    try:
+        judge = _take_judge(settings, db.path, run_dir, env)
+    except KeyboardInterrupt:  # a judge half taken sees its channel close, and ends
+        run.error = "interrupted (Ctrl-C or SIGTERM) before the evaluation began"
+        return True
     run.env["judge"] = judge.origin
     worker_pid = None
     limit, stop_within = JUDGE_START_S, 15.0
+    # Each step of the judge has its own timeout there; a step longer than all of them hangs.
+    stall_limit = max(settings.compile_timeout_s, settings.call_timeout_s,
+                      settings.bench_timeout_s) + 120
+    moved_at = time.monotonic()
     interrupted = False
     try:
         judge.channel.send(request)
@@ -195,6 +204,13 @@ def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
             kind = message.get("type")
             if kind != "ready":  # a pooled judge handed over before it was warm says so
                 limit = SILENCE_S
+            if not message.get("heartbeat"):
+                moved_at = time.monotonic()
+            elif time.monotonic() - moved_at > stall_limit:
+                stop_within = 0
+                raise _JudgeFailed(f"the judge was stuck for {stall_limit:g} s, longer than "
+                                   f"any step may take, and was killed; it was at "
+                                   f"[{message['rung']}] {message['message']}")
             if kind == "env":
                 run.env.update(message["env"])
                 worker_pid = run.env.get("worker_pid", worker_pid)

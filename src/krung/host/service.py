@@ -14,8 +14,12 @@ imports a version: the trust rules of a cold evaluation hold unchanged.
 
 An evaluation asks for a judge (`acquire`) and gets the judge's channel itself, passed over
 the socket (SCM_RIGHTS): from then on it talks to the judge as to one it started, and a
-service that dies mid-run loses nothing. The pool refills at once. The service exits when
-nobody asked for a judge for `idle_s`, when the process it serves (`--owner`) is gone, or
+service that dies mid-run loses nothing. A pool holds `pool` judges of its kind, those at
+work counted: a judge is replaced when its evaluation ends, not when it is handed out, so its
+successor's start (seconds of CPU) does not slow the evaluation under way on a machine with
+few cores, and warms up while the agent thinks; a batch asks for a pool of twice its slots,
+so one judge per slot warms up while the slot works. The service exits when
+no evaluation ran or was asked for during `idle_s`, when the process it serves (`--owner`) is gone, or
 when krung's source changed since it started (a caller with newer code is told so, and
 starts its judge cold).
 """
@@ -75,8 +79,13 @@ class JudgeSpec:
 
     @classmethod
     def of(cls, settings: Settings, env: dict[str, str]) -> JudgeSpec:
-        return cls(settings.device, settings.cuda_ipc, settings.max_file_bytes,
-                   dict(os.environ, PYTHONUNBUFFERED="1", **env))
+        """The judge for an evaluation with `settings`, in this process's environment plus
+        `env`; search paths made absolute, since a pooled judge starts elsewhere."""
+        full = dict(os.environ, PYTHONUNBUFFERED="1", **env)
+        if full.get("PYTHONPATH"):
+            full["PYTHONPATH"] = os.pathsep.join(
+                os.path.abspath(p) if p else p for p in full["PYTHONPATH"].split(os.pathsep))
+        return cls(settings.device, settings.cuda_ipc, settings.max_file_bytes, full)
 
     def args(self, log: Path, worker_log: Path, pooled: bool = False) -> list[str]:
         """The judge's command-line arguments (krung.judge.serve)."""
@@ -225,13 +234,13 @@ def start(store: str | Path, pool: int = POOL, idle_s: float = IDLE_S,
 
 
 @contextlib.contextmanager
-def serving(settings: Settings, pool: int = POOL,
-            kinds: list[JudgeSpec] | None = None) -> Iterator[None]:
+def serving(settings: Settings, pool: int = POOL, kinds: list[JudgeSpec] | None = None,
+            start_one: bool = True) -> Iterator[None]:
     """A service for the length of a command (`krung watch`, `mcp`, `batch`, `suite`): the one
     that runs, its pool raised to `pool` judges per kind meanwhile, or one started here that
-    ends with this process. Judges start at once for each of `kinds` (default: evaluations
-    with `settings`). Without a service (KRUNG_SERVICE=off, or it cannot start) the command
-    goes on cold."""
+    ends with this process (unless not `start_one`, and KRUNG_SERVICE is not `on`). Judges
+    start at once for each of `kinds` (default: evaluations with `settings`). Without a
+    service (KRUNG_SERVICE=off, or it cannot start) the command goes on cold."""
     if settings.service == "off":
         yield
         return
@@ -239,12 +248,14 @@ def serving(settings: Settings, pool: int = POOL,
     previous = None
     try:
         found = status(settings.store)
-        if found is None or found.get("stamp") != code_stamp():
+        if found is not None and found.get("stamp") == code_stamp():
+            previous = _ask(settings.store, {"op": "pool", "size": pool})
+        elif start_one or settings.service == "on":
             start(settings.store, pool=pool, owner=os.getpid())
             started = True
         else:
-            previous = _ask(settings.store, {"op": "pool", "size": pool})
-        for spec in kinds or [JudgeSpec.of(settings, {})]:
+            kinds = []
+        for spec in [JudgeSpec.of(settings, {})] if kinds is None else kinds:
             _ask(settings.store, {"op": "prime", "key": spec.key(), "spec": spec.to_json(),
                                   "stamp": code_stamp()})
     except (OSError, KrungError):
@@ -401,7 +412,8 @@ class _Pooled:
 @dataclass
 class _Pool:
     spec: dict[str, Any]
-    judges: list[_Pooled] = field(default_factory=list)
+    judges: list[_Pooled] = field(default_factory=list)  # waiting for an evaluation
+    running: int = 0  # handed out, still at work
     used_at: float = field(default_factory=time.monotonic)
     failures: int = 0  # judges that died before they were ready, in a row
     broken: str | None = None  # why no more are started
@@ -420,7 +432,8 @@ class Service:
         self.stamp = code_stamp()
         self.lock = threading.Lock()
         self.pools: dict[str, _Pool] = {}
-        self.busy: dict[int, subprocess.Popen] = {}  # handed out, until reaped
+        # Judges handed out, until reaped: pid -> the process and its pool's key.
+        self.busy: dict[int, tuple[subprocess.Popen, str]] = {}
         self.statuses: dict[int, int] = {}  # exit statuses of judges handed out
         self.numbers = itertools.count(1)
         self.served = 0
@@ -505,6 +518,9 @@ class Service:
             self.used_at = time.monotonic()
             pool, why = self._pool_for(request)
             judge = self._take(pool) if pool is not None else None
+            if judge is not None:
+                assert pool is not None
+                pool.running += 1  # from here, so a second caller does not count it idle
         if judge is None:
             _send(conn, {"ok": False, "why": why})
             return
@@ -514,6 +530,7 @@ class Service:
         except OSError:  # nothing went: the caller left, and the judge is as good as before
             with self.lock:
                 assert pool is not None
+                pool.running -= 1
                 pool.judges.insert(0, judge)
             return
         except _Delivered:  # its channel went: it is the caller's, whether they use it or not
@@ -522,10 +539,8 @@ class Service:
         print(f"judge {judge.process.pid} handed out ({'ready' if judge.ready else 'starting'})",
               flush=True)
         with self.lock:
-            self.busy[judge.process.pid] = judge.process
+            self.busy[judge.process.pid] = (judge.process, str(request["key"]))
             self.served += 1
-            assert pool is not None
-            self._fill(pool)
 
     def _op_prime(self, conn: socket.socket, request: dict[str, Any]) -> None:
         with self.lock:
@@ -542,19 +557,19 @@ class Service:
     def _op_exit(self, conn: socket.socket, request: dict[str, Any]) -> None:
         pid = int(request["pid"])
         with self.lock:
-            process = self.busy.get(pid)
+            process, _ = self.busy.get(pid, (None, ""))
         if process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=float(request.get("timeout", 10)))
-            self._reap()
         with self.lock:
+            self._reap()
             _send(conn, {"ok": True, "status": self.statuses.get(pid)})
 
     def _op_status(self, conn: socket.socket, request: dict[str, Any]) -> None:
         with self.lock:
             pools = [{"device": p.spec["device"], "ready": p.ready(),
-                      "starting": len(p.judges) - p.ready(), "broken": p.broken}
-                     for p in self.pools.values()]
+                      "starting": len(p.judges) - p.ready(), "running": p.running,
+                      "broken": p.broken} for p in self.pools.values()]
             _send(conn, {"ok": True, "pid": os.getpid(), "store": str(self.store),
                          "stamp": self.stamp,
                          "started_at": self.started_at, "pool_size": self.size,
@@ -589,17 +604,17 @@ class Service:
 
     def _take(self, pool: _Pool) -> _Pooled | None:
         """The judge that has waited longest among the ready ones, else the one that started
-        first (not warm yet, but ahead of a new one)."""
+        first (not warm yet, but ahead of a new one), else a new one."""
         if not pool.judges:
-            self._fill(pool, extra=1)
+            pool.judges.append(self._spawn(pool.spec))
         if not pool.judges:
             return None
         chosen = next((j for j in pool.judges if j.ready), pool.judges[0])
         pool.judges.remove(chosen)
         return chosen
 
-    def _fill(self, pool: _Pool, extra: int = 0) -> None:
-        while len(pool.judges) < self.size + extra and not pool.broken:
+    def _fill(self, pool: _Pool) -> None:
+        while len(pool.judges) + pool.running < self.size and not pool.broken:
             pool.judges.append(self._spawn(pool.spec))
 
     def _spawn(self, spec: dict[str, Any]) -> _Pooled:
@@ -631,7 +646,7 @@ class Service:
                     if not judge.ready and judge.channel.poll(0):
                         self._hear(pool, judge)
             self._reap()
-            idle = time.monotonic() - self.used_at
+            idle = 0.0 if self.busy else time.monotonic() - self.used_at
         if idle > self.idle_s:
             self.why_stopped = f"idle for {self.idle_s:g} s"
             self.stopping.set()
@@ -662,12 +677,18 @@ class Service:
         self._fill(pool)
 
     def _reap(self) -> None:
-        for pid, process in list(self.busy.items()):
+        """Note the judges whose evaluation ended, and start their successors."""
+        for pid, (process, key) in list(self.busy.items()):
             code = process.poll()
             if code is not None:
                 self.statuses[pid] = code
                 del self.busy[pid]
+                self.used_at = time.monotonic()  # idle counts from the last evaluation's end
                 print(f"judge {pid} exited with status {code}", flush=True)
+                pool = self.pools.get(key)
+                if pool is not None:
+                    pool.running -= 1
+                    self._fill(pool)
         while len(self.statuses) > 1000:  # the oldest are nobody's concern any more
             del self.statuses[next(iter(self.statuses))]
 

@@ -87,7 +87,7 @@ class Pulse:
                 if now - self._last_sent < self._interval or self._stopped.is_set():
                     continue
                 try:
-                    self._channel.send({"type": "progress", "rung": self._rung,
+                    self._channel.send({"type": "progress", "rung": self._rung, "heartbeat": True,
                                         "message": f"{self._message} ({now - self._since:.0f} s)"})
                 except ChannelClosed:
                     abort()
@@ -189,9 +189,12 @@ def environment(device: str) -> dict[str, Any]:
         "host": platform.node(), "platform": platform.platform(),
     }
     # From the package's metadata, not the module: the profiler's start imports triton in
-    # another thread, and a module still being imported has no __version__ yet.
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        env["triton"] = importlib.metadata.version("triton")
+    # another thread, and a module still being imported has no __version__ yet. (PyTorch's
+    # own builds of Triton come as pytorch-triton.)
+    for distribution in ("triton", "pytorch-triton", "pytorch-triton-rocm"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            env["triton"] = importlib.metadata.version(distribution)
+            break
     if device == "cuda":
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(device_name=props.name, sm=f"{props.major}.{props.minor}",

@@ -308,8 +308,10 @@ def _builds() -> dict[str, Any]:
 def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
     """A worker started ahead of its version (the warm service) does now what the version's
     first load and checked call would otherwise pay for: import the DSL packages that are
-    installed, prepare Triton, and enter the operator trace once (its first use imports
-    hundreds of torch modules: seconds). Returns the packages imported."""
+    installed, fix Triton's interpreter (krung.worker.interpreter; ml_dtypes alone takes a
+    second), and enter the operator trace once (its first use imports hundreds of torch
+    modules: seconds). Returns the packages imported. Launches are noted only for a version
+    that uses Triton (op_load), as in a worker started cold."""
     import torch
 
     from krung.worker.guard import OpTrace
@@ -317,8 +319,11 @@ def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
     preloaded = tuple(p for p in packages if importlib.util.find_spec(p) is not None)
     for package in preloaded:  # after resolve_device: Triton reads TRITON_INTERPRET at import
         importlib.import_module(package)
-    if "triton" in preloaded:
-        prepare_triton(device)
+    if "triton" in preloaded and device == "cpu":
+        from krung.worker.interpreter import fix_autotune, fix_bfloat16
+
+        fix_bfloat16()
+        fix_autotune()
     with OpTrace():
         torch.ones(2).add(1)
     return preloaded

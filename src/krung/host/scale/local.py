@@ -2,7 +2,7 @@
 
 Slots are taken from a queue by threads that each call `krung.evaluate` (each evaluation its
 own judge and worker processes, pre-started by the store's warm service, which runs for the
-length of the batch: krung.host.service). With `gpus`, a slot is one GPU: its evaluations see
+length of the batch where the machine has cores to spare: krung.host.service). With `gpus`, a slot is one GPU: its evaluations see
 only that GPU (CUDA_VISIBLE_DEVICES). Several slots may share a GPU (`per_gpu`, or `workers`
 without `gpus`): the rungs that measure take the GPU for themselves (krung.judge.gpu_lock),
 so two benchmarks never overlap, and the next versions' start, compile and correctness run
@@ -11,6 +11,7 @@ meanwhile.
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 from collections.abc import Iterator
@@ -46,10 +47,14 @@ class LocalExecutor:
         envs = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in self.gpus] or [{}]
         kinds = [service.JudgeSpec.of(settings.replace(device=device), env) for env in envs
                  for device in {job.device for job in jobs}]
-        # A judge ready beside each slot of a GPU (or of this machine) while its evaluation runs.
-        ready = self.slots // len(envs)
-        with service.serving(settings, pool=ready, kinds=kinds), ThreadPoolExecutor(
-                max_workers=self.slots, thread_name_prefix="krung-slot") as pool:
+        # Per GPU (or this machine): a judge for each slot at work, and one warming up to take
+        # the next job. Warming up takes a core while the slots work: where there are too few
+        # (a small CPU machine) a service is used if one runs, not started (unless asked: on).
+        judges = self.slots // len(envs) + 1
+        spare_cores = (os.cpu_count() or 1) >= 2 * self.slots + 2
+        warm = service.serving(settings, pool=judges, kinds=kinds, start_one=spare_cores)
+        with warm, ThreadPoolExecutor(max_workers=self.slots,
+                                      thread_name_prefix="krung-slot") as pool:
             pending: set[Future[Outcome]] = {
                 pool.submit(_run_in_slot, job, settings, slots) for job in jobs}
             while pending:

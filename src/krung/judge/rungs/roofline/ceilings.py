@@ -289,11 +289,14 @@ def main() -> None:
             "hint": "run `krung calibrate` on the machine whose GPU you evaluate on (with a "
                     "CUDA build of torch); without a GPU there is no roofline"}
     else:
+        from krung.judge import gpu_lock
         from krung.judge.serve import environment
 
-        try:
-            reply = calibration_for(environment("cuda"), request.get("cache") or [],
-                                    bool(request.get("force")))
+        env = environment("cuda")
+        try:  # never beside a benchmark: both would measure the other's work
+            with gpu_lock.exclusive(gpu_lock.lock_path(env)):
+                reply = calibration_for(env, request.get("cache") or [],
+                                        bool(request.get("force")))
         except RuntimeError as exc:  # torch's CUDA errors, or too little free memory
             reply = {"error": f"the calibration failed: {exc}",
                      "hint": "free the GPU (nvidia-smi lists what holds it) and run "

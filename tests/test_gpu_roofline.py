@@ -192,5 +192,5 @@ def test_the_profiled_case_is_the_worst_and_only_its_limiter_reads_the_counters(
     for row in figures["per_case"]:
         if row["case"] == profiled:
             assert row["profiled"] and "profile of this case (ncu" in row["limiter"]
-        else:
+        elif row["verdict"] != "at-roofline":  # a case at the roofline needs no counters
             assert f"not profiled (the profile rung ran on case {profiled})" in row["limiter"]

@@ -95,6 +95,10 @@ NO_COUNTERS = [
      "compute-bound by its position on the bf16 tensor-core peak"),
     (Facts(_point(3000.0, precision="fp8", compute=None)),
      ["position_memory", "not_profiled", "no_peak"], "no fp8 peak was measured"),
+    # a pipe's ceiling known as the bytes its instruction stream moves is a known peak
+    (Facts(_point(3000.0, precision="fp32", compute=ComputeCeiling(
+        "issue", None, "instruction issue", "SASS: FADD x24", bytes_per_s=5e13))),
+     ["position_memory", "not_profiled"], "memory-bound by its position"),
     (Facts(_point(3000.0, compute=dtype_ceiling("bf16", CEILINGS, "no SASS"))),
      ["position_compute", "not_profiled", "assumed_ceiling"],
      "compute ceiling from the dtype (bf16), assumed: no SASS"),

@@ -342,7 +342,8 @@ RULES: tuple[Rule, ...] = (
           lambda f: f"{f.number('kernels_per_call'):g} kernels per call: intermediate "
                     "results go through memory between them",
           "fuse the kernels into one, so intermediates stay on chip"),
-    _rule("no_peak", "no-peak", lambda f: f.below and f.point.ridge is None,
+    _rule("no_peak", "no-peak", lambda f: f.below and f.point.ridge is None
+          and not (f.point.compute is not None and f.point.compute.bytes_per_s),
           lambda f: f"no {f.point.compute.name if f.point.compute else f.point.precision} "
                     "peak was measured, so only the memory ceiling is known"),
     _rule("assumed_ceiling", "", lambda f: f.below and f.point.compute is not None

@@ -121,6 +121,38 @@ def test_every_figure_of_recorded_gpu_runs_is_declared(tmp_path):
             assert declared[rung.name].undeclared(rung.figures, not rung.ok) == [], rung.name
 
 
+@pytest.mark.gpu
+def test_every_figure_a_gpu_run_reports_is_declared_and_shown(krung, scale_problem, version,
+                                                              tmp_path):
+    """On a GPU: the profile, the roofline and the trace report what they declare, and the
+    text and the page show their tables."""
+    from tests.test_gpu_profile_trace import TRACED
+
+    softmax = REPO / "problems" / "softmax" / "solutions" / "triton_rowwise.py"
+    profiled = krung("run", "softmax", softmax, "--device", "cuda", "--rungs", "+profile",
+                     "--json")
+    traced = krung("run", scale_problem, version("traced", TRACED), "--device", "cuda",
+                   "--rungs", "static,compile,run,trace", "--json")
+    assert (profiled.code, traced.code) == (0, 0), profiled.stderr + traced.stderr
+    declared = specs()
+    rows = {}
+    for run in (profiled.json(), traced.json()):
+        for rung in run["rungs"]:
+            assert rung["status"] == "ok", rung
+            assert declared[rung["name"]].undeclared(rung["figures"]) == [], rung["name"]
+            rows[rung["name"]] = rung["figures"].get(declared[rung["name"]].rows)
+    assert rows["profile"] and rows["roofline"] and rows["trace"] and rows["benchmark"]
+    text = krung("show", profiled.json()["run_id"]).stdout
+    assert "profile per kernel" in text and "roofline per bench case" in text
+    assert "intensity (FLOP/B)" in text and "sm_mhz_timed" in text
+    assert "trace per region" in krung("show", traced.json()["run_id"]).stdout
+    made = krung("report", "softmax", "-o", "gpu.html")
+    assert made.code == 0, made.stderr
+    page = (tmp_path / "gpu.html").read_text()
+    assert "<b>profile per kernel</b>" in page and "<b>roofline per bench case</b>" in page
+    assert '<ul class="limiters">' in page and "<th>kernels_per_call</th>" in page
+
+
 def test_an_undeclared_figure_is_found():
     spec = specs()["benchmark"]
     row = {"case": "n=1", "median_us": 3.0, "made_up_us": 1.0}

@@ -101,9 +101,9 @@ def test_a_rung_of_ones_own_joins_the_ladder_in_its_order(rungs):
 
 @pytest.mark.parametrize("body, words", [
     (rung("static", 5), "two modules declare the rung static"),
-    ("def run(ctx):\n    return {}\n", "declares no rung (no SPEC = RungSpec(...))"),
+    ("def run(ctx):\n    return {}\n", "is no rung: it needs `SPEC = RungSpec(...)`"),
     (rung("lad_lost", 5, ("warp_speed",)), "needs unknown rung(s) warp_speed"),
-    ("SPEC = RungSpec('lad_idle', order=5, checks='nothing')\n", "has no run(ctx)"),
+    ("SPEC = RungSpec('lad_idle', order=5, checks='nothing')\n", "and `def run(ctx)`"),
 ])
 def test_a_rung_that_does_not_fit_is_refused_with_the_fix(tmp_path, monkeypatch, body, words):
     name = f"lad_bad_{abs(hash(words)) % 10**8}"

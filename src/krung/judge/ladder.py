@@ -85,48 +85,48 @@ def discover(extra: str = "") -> dict[str, ModuleType]:
     """The rung modules by name, in declared order: the modules of krung.judge.rungs, and
     those `extra` names (comma-separated, as KRUNG_EXTRA_RUNGS gives them)."""
     package = importlib.import_module(PACKAGE)
-    found = [importlib.import_module(f"{PACKAGE}.{info.name}")
-             for info in pkgutil.iter_modules(package.__path__) if info.name not in _NOT_RUNGS]
-    for module in found:
-        if _spec_of(module, "").name != module.__name__.rsplit(".", 1)[-1]:
-            raise UsageError(f"{module.__name__} declares the rung {module.SPEC.name}",
-                             hint="a rung of krung.judge.rungs is named after its module")
-    for name in filter(None, (n.strip() for n in extra.split(","))):
-        try:
-            found.append(importlib.import_module(name))
-        except ImportError as exc:
-            raise UsageError(f"KRUNG_EXTRA_RUNGS names {name}, which does not import: "
-                             f"{type(exc).__name__}: {exc}",
-                             hint="put the folder that holds it on PYTHONPATH (the judge "
-                                  "process imports it too), or correct the name") from None
+    modules = [_declared(importlib.import_module(f"{PACKAGE}.{info.name}"), own=True)
+               for info in pkgutil.iter_modules(package.__path__)
+               if info.name not in _NOT_RUNGS]
+    modules += [_declared(_import_extra(name)) for name in extra.split(",") if name.strip()]
     rungs: dict[str, ModuleType] = {}
-    for module in sorted(found, key=lambda m: _spec_of(m, extra).order):
-        spec = module.SPEC
-        if spec.name in rungs:
-            raise UsageError(f"two modules declare the rung {spec.name}: "
-                             f"{rungs[spec.name].__name__} and {module.__name__}",
-                             hint="give the rung of your own another name")
-        rungs[spec.name] = module
-    for spec in (m.SPEC for m in rungs.values()):
-        unknown = [n for n in spec.needs if n not in rungs]
-        if unknown or not callable(getattr(rungs[spec.name], "run", None)):
-            raise UsageError(f"the rung {spec.name} ({rungs[spec.name].__name__}) "
-                             + (f"needs unknown rung(s) {', '.join(unknown)}" if unknown
-                                else "has no run(ctx)"),
-                             hint=f"the rungs are: {', '.join(rungs)}")
+    for module in sorted(modules, key=lambda m: m.SPEC.order):
+        name = module.SPEC.name
+        if name in rungs:
+            raise UsageError(f"two modules declare the rung {name}: {rungs[name].__name__} "
+                             f"and {module.__name__}", hint="give your rung another name")
+        rungs[name] = module
+    for name, module in rungs.items():
+        unknown = [n for n in module.SPEC.needs if n not in rungs]
+        if unknown:
+            raise UsageError(f"the rung {name} ({module.__name__}) needs unknown rung(s) "
+                             f"{', '.join(unknown)}", hint=f"the rungs are: {', '.join(rungs)}")
     return rungs
 
 
-def _spec_of(module: ModuleType, extra: str) -> RungSpec:
+def _import_extra(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name.strip())
+    except ImportError as exc:
+        raise UsageError(f"KRUNG_EXTRA_RUNGS names {name.strip()}, which does not import: "
+                         f"{type(exc).__name__}: {exc}",
+                         hint="put the folder that holds it on PYTHONPATH (the judge process "
+                              "imports it too), or correct the name") from None
+
+
+def _declared(module: ModuleType, own: bool = False) -> ModuleType:
+    """`module`, checked to be a rung: a SPEC (named after the module, for krung's own) and a
+    run(ctx)."""
     from krung.judge.rungs.spec import RungSpec
 
     spec = getattr(module, "SPEC", None)
-    if not isinstance(spec, RungSpec):
-        raise UsageError(f"{module.__name__} declares no rung (no SPEC = RungSpec(...))",
-                         hint="a rung module declares SPEC beside its run(ctx); see "
-                              "docs/rungs.md" + (f" (KRUNG_EXTRA_RUNGS={extra})" if extra
-                                                 else ""))
-    return spec
+    if not isinstance(spec, RungSpec) or not callable(getattr(module, "run", None)):
+        raise UsageError(f"{module.__name__} is no rung: it needs `SPEC = RungSpec(...)` and "
+                         "`def run(ctx)`", hint="see docs/rungs.md, `A rung of your own`")
+    if own and spec.name != module.__name__.rsplit(".", 1)[-1]:
+        raise UsageError(f"{module.__name__} declares the rung {spec.name}",
+                         hint="a rung of krung.judge.rungs is named after its module")
+    return module
 
 
 class RungSkipped(Exception):

@@ -67,10 +67,6 @@ class Figure:
             return self.name
         return f"{self.name} ({self.unit})"
 
-    @property
-    def numeric(self) -> bool:
-        return self.kind in ("number", "count")
-
     def described(self) -> str:
         """The meaning with its unit and condition, for the schema and the docs."""
         text = self.meaning + (f" ({self.unit})" if self.unit else "")

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import ast
 import time
+from dataclasses import replace
 from typing import Any
 
 from krung.judge import dsls
 from krung.judge.ladder import Context, RungSkipped, failure, poison_leaves
+from krung.judge.rungs.artifacts import SPEC as ARTIFACTS
 from krung.judge.rungs.spec import TABLE, Figure, RungSpec
 from krung.judge.solution import imported_modules
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 
 _NVCC = "CUDA C++ without a GPU (compiled with nvcc, not run)"
+_KERNEL_FIGURES = ("registers", "static_smem_bytes", "stack_bytes", "spill_store_bytes",
+                   "spill_load_bytes", "spills", "local_ops", "threads_per_block", "occupancy")
 SPEC = RungSpec(
     "compile", order=20, needs=("static",),
     checks="the DSL is installed (`DSLNotInstalled` with the `pip install` command), the "
@@ -64,23 +68,9 @@ SPEC = RungSpec(
                when=_NVCC),
         Figure("case", "", "the source and the function: `source:function`", "text",
                per_case=True, when=_NVCC),
-        Figure("registers", "", "registers per thread", "count", per_case=True, shown=(TABLE,)),
-        Figure("static_smem_bytes", "B", "static shared memory per block", "count",
-               per_case=True, shown=(TABLE,)),
-        Figure("stack_bytes", "B", "stack frame per thread", "count", per_case=True,
-               shown=(TABLE,)),
-        Figure("spill_store_bytes", "B", "bytes spilled to local memory (stores), per ptxas",
-               "count", per_case=True, shown=(TABLE,)),
-        Figure("spill_load_bytes", "B", "bytes read back from spills (loads), per ptxas",
-               "count", per_case=True, shown=(TABLE,)),
-        Figure("spills", "", "whether ptxas spilled registers", "flag", per_case=True,
-               shown=(TABLE,)),
-        Figure("local_ops", "", "local-memory loads and stores in the SASS (spills and "
-               "per-thread arrays)", "count", per_case=True, shown=(TABLE,)),
-        Figure("threads_per_block", "", "the block size, where it is known", "count",
-               per_case=True, shown=(TABLE,)),
-        Figure("occupancy", "", "the fraction of an SM's warps that can be resident with "
-               "these resources", per_case=True, shown=(TABLE,)),
+        # per kernel, what ptxas and the cubin say, as the artifacts rung reports it
+        *(replace(f, shown=(TABLE,), when=_NVCC) for f in ARTIFACTS.columns
+          if f.name in _KERNEL_FIGURES),
     ))
 
 

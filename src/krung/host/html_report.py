@@ -26,7 +26,9 @@ from krung.host import charts, history_tree, svg
 from krung.host.report import change_text, roofline_text
 from krung.host.runfiles import list_files
 from krung.host.store import Store, opened
+from krung.judge.ladder import specs
 from krung.judge.problem import history_name
+from krung.judge.rungs.spec import HTML, NOTE
 from krung.protocol.errors import UsageError
 from krung.protocol.results import Run, RungResult, Status, format_figures, format_value
 
@@ -198,7 +200,6 @@ def _timeline(timeline: charts.Timeline | None,
 def _run(entry: history_tree.Entry, folder: Path | None, page_dir: Path,
          open_: bool) -> dict[str, Any]:
     run, summary = entry.run, entry.summary
-    correctness = run.rung("correctness")
     return {
         "run_id": run.run_id, "file": charts.file_name(run.solution), "open": open_,
         "verdict": _verdict_text(summary), "verdict_class": _verdict_class(summary),
@@ -210,19 +211,7 @@ def _run(entry: history_tree.Entry, folder: Path | None, page_dir: Path,
         "failures": [{"name": r.name, "error": r.error or "", "hint": r.hint,
                       "details": r.details}
                      for r in run.rungs if r.status is Status.FAILED and (r.hint or r.details)],
-        "error_figures": _error_figures(correctness),
-        "correctness_cases": _case_table(correctness, "", ["passed", "seeds", "max_abs_err",
-                                                           "max_rel_err", "mismatches"]),
-        "bench_cases": _case_table(run.rung("benchmark"), "bench cases",
-                                   ["median_us", "p10_us", "p90_us", "ci_pct", "ref_median_us",
-                                    "speedup", "timer", "kernels_per_call", "launch_bound",
-                                    "sm_mhz_timed"]),
-        "roofline_cases": _case_table(run.rung("roofline"), "roofline per bench case",
-                                      ["precision", "median_us", "roofline_us", "tflops",
-                                       "gbps", "intensity", "bound", "ceiling", "pct",
-                                       "verdict"]),
-        "limiters": _limiters(run.rung("roofline")),
-        "profile": _profile(run.rung("profile")),
+        "tables": [t for t in (_rung_tables(r) for r in run.rungs) if t is not None],
         "artifacts": _artifacts(folder, page_dir),
     }
 
@@ -240,52 +229,38 @@ def _rung_row(rung: RungResult) -> list[dict[str, str]]:
             _cell(f"{rung.duration_s:.2f}", "num"), _cell(text)]
 
 
-_ERROR_FIGURES = ("cases", "passed", "max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db",
-                  "cossim", "worst_case", "unseen_cases")
-
-
-def _error_figures(rung: RungResult | None) -> dict[str, Any] | None:
-    if rung is None or rung.status is Status.SKIPPED:
+def _rung_tables(rung: RungResult) -> dict[str, Any] | None:
+    """What a rung's declaration shows in the page (HTML, NOTE): its summary table, its
+    table per case (kernel, region), and the notes too long for a column; None if nothing."""
+    spec = specs().get(rung.name)
+    if spec is None or rung.status is Status.SKIPPED:
         return None
-    shown = [(k, rung.figures[k]) for k in _ERROR_FIGURES if k in rung.figures]
-    if not shown:
+    own = [f for f in spec.shown(HTML, per_case=False) if f.name in rung.figures]
+    summary = {"title": spec.summary_title, "header": [f.header for f in own],
+               "row": [_cell(rung.figures[f.name], _cell_class(f.name, rung.figures[f.name]))
+                       for f in own]} if own else None
+    rows = rung.figures.get(spec.rows) if spec.columns else None
+    rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    columns = [f for f in spec.shown(HTML, per_case=True) if any(f.name in r for r in rows)]
+    cases = {"title": spec.table_title, "header": [spec.per, *(f.header for f in columns)],
+             "rows": [[_cell(spec.row_name(row)),
+                       *(_cell(row.get(f.name), _cell_class(f.name, row.get(f.name)))
+                         for f in columns)] for row in rows]} if columns else None
+    notes = [(spec.row_name(row), _note(row[f.name])) for f in spec.shown(NOTE, per_case=True)
+             for row in rows if row.get(f.name)]
+    if summary is None and cases is None and not notes:
         return None
-    return {"header": [k for k, _ in shown], "row": [_cell(v, "num") for _, v in shown]}
+    return {"rung": rung.name, "summary": summary, "cases": cases, "notes": notes}
 
 
-def _case_table(rung: RungResult | None, title: str,
-                columns: list[str]) -> dict[str, Any] | None:
-    rows = (rung.figures.get("per_case") or []) if rung is not None else []
-    if not rows:
-        return None
-    present = [c for c in columns if any(c in r for r in rows)]
-    return {"title": title, "header": ["case", *present],
-            "rows": [[_cell(str(row.get("case"))),
-                      *(_cell(row.get(c), _cell_class(c, row.get(c))) for c in present)]
-                     for row in rows]}
+def _note(value: Any) -> str:
+    return "; ".join(map(str, value)) if isinstance(value, list) else format_value(value)
 
 
 def _cell_class(column: str, value: Any) -> str:
     if column == "verdict" and isinstance(value, str):
         return f"{value} nowrap"
     return "num" if isinstance(value, (int, float)) else ""
-
-
-def _limiters(rung: RungResult | None) -> list[tuple[str, str]]:
-    """Each case's likely limiter, in words (too long for a table column)."""
-    rows = (rung.figures.get("per_case") or []) if rung is not None else []
-    return [(str(r["case"]), str(r["limiter"])) for r in rows if r.get("limiter")]
-
-
-def _profile(rung: RungResult | None) -> dict[str, Any] | None:
-    if rung is None:
-        return None
-    if rung.status is not Status.OK:
-        return {"ok": False, "status": rung.status.value, "text": rung.reason or rung.error or ""}
-    rows = rung.figures.get("per_case") or [{}]
-    keys = list(rows[0]) if isinstance(rows[0], dict) else []
-    return {"ok": True, "text": format_figures(rung.figures),
-            "cases": _case_table(rung, "", [k for k in keys if k != "case"])}
 
 
 def _artifacts(folder: Path | None, page_dir: Path) -> dict[str, Any] | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from krung.judge.device import SLOW_CLOCK
+from krung.judge.ladder import specs
+from krung.judge.rungs.spec import AGENT, TABLE
 from krung.protocol.results import Run, RungResult, Status, format_value
 
 if TYPE_CHECKING:  # rich is imported where a table is drawn: the API stays light to import
@@ -65,42 +67,24 @@ def _correctness_unchecked(run: Run) -> bool:
 
 
 def case_table(result: RungResult) -> Table | None:
-    """The per-case figures of a rung (correctness, benchmark), or per kernel (artifacts),
-    as a table."""
-    per = "case" if result.figures.get("per_case") else "kernel"
-    rows = result.figures.get("per_case") or result.figures.get("per_kernel")
-    if not rows:
+    """A rung's table (per case, per kernel, per region) as its declaration shows it: the
+    figures it marks for the table, in declared order, those no row has left out."""
+    spec = specs().get(result.name)
+    rows = result.figures.get(spec.rows) if spec is not None else None
+    if not rows or not isinstance(rows, list):
         return None
     from rich.table import Table
 
-    columns = _COLUMNS.get(result.name) or [k for k in rows[0] if k != "case"]
-    if any("compiled_median_us" in row for row in rows):  # timed against torch.compile too
-        columns = [*columns, "compiled_median_us", "speedup_vs_compiled"]
-    if any(row.get("config") for row in rows):  # an autotuned version: its chosen configs
-        columns = [*columns, "config"]
-    table = Table(title=f"{result.name} per {per}", title_justify="left", box=None,
+    columns = [f for f in spec.shown(TABLE, per_case=True) if any(f.name in r for r in rows)]
+    table = Table(title=spec.table_title, title_justify="left", box=None,
                   header_style="bold", pad_edge=False)
-    table.add_column(per)
-    for column in columns:
-        table.add_column(column, justify="left" if column == "highlights" else "right")
+    table.add_column(spec.per)
+    for figure in columns:
+        table.add_column(figure.header, justify="left" if figure.kind in ("text", "list", "map")
+                         else "right")
     for row in rows:
-        label = row.get("case") or f"{row.get('kernel')} {row.get('specialisation', '')}"
-        table.add_row(str(label), *(format_value(row.get(c)) for c in columns))
+        table.add_row(spec.row_name(row), *(format_value(row.get(f.name)) for f in columns))
     return table
-
-
-_COLUMNS = {
-    "artifacts": ["registers", "static_smem_bytes", "dynamic_smem_bytes", "spills", "occupancy",
-                  "limited_by", "highlights", "error"],
-    "profile": ["duration_ns", "compute_pct", "memory_pct", "dram_read_bytes",
-                "dram_write_bytes", "achieved_occupancy_pct", "theoretical_occupancy_pct"],
-    "correctness": ["passed", "seeds", "max_abs_err", "max_rel_err", "psnr_db", "cossim",
-                    "mismatches"],
-    "benchmark": ["median_us", "p10_us", "p90_us", "ci_pct", "samples", "ref_median_us",
-                  "speedup", "timer", "host_median_us", "sm_mhz_timed"],
-    "roofline": ["median_us", "roofline_us", "tflops", "gbps", "intensity", "bound", "ceiling",
-                 "pct", "verdict"],
-}
 
 
 def history_table(entries: list[Entry], title: str) -> Table:
@@ -178,11 +162,8 @@ def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
     if failed is not None:
         head += _failure_lines(run, failed)
         body += _indented((failed.details or "").rstrip().splitlines())
-    body += _correctness_lines(run.rung("correctness"))
-    body += _benchmark_lines(run.rung("benchmark"))
-    body += _artifact_lines(run.rung("artifacts"))
-    body += _profile_lines(run.rung("profile"))
-    body += _roofline_lines(run.rung("roofline"))
+    for rung in run.rungs:  # a rung's own summary, or the figures it declares for agents
+        body += _AGENT_LINES.get(rung.name, _declared_lines)(rung)
     tail = [f"next: {_next_step(run, failed)}"]
     room = max(max_lines - len(head) - len(tail), 0)
     if len(body) > room:
@@ -351,6 +332,33 @@ def _roofline_lines(rung: RungResult | None) -> list[str]:
                          f" ({row['bound']}-bound, {format_value(row.get('tflops'))} TFLOP/s, "
                          f"{format_value(row.get('gbps'))} GB/s), {row['verdict']}")
     return lines
+
+
+def _declared_lines(rung: RungResult) -> list[str]:
+    """A rung's figures that its declaration shows agents (AGENT): one line of its own
+    figures, one per row of its table."""
+    spec = specs().get(rung.name)
+    if spec is None or rung.status is Status.SKIPPED:
+        return []
+    own = [f for f in spec.shown(AGENT, per_case=False) if f.name in rung.figures]
+    lines = [f"{rung.name}: " + ", ".join(
+        f"{f.name} {_with_unit(rung.figures[f.name], f.unit)}" for f in own)] if own else []
+    rows = rung.figures.get(spec.rows) if spec.columns else None
+    columns = spec.shown(AGENT, per_case=True)
+    for row in (rows if isinstance(rows, list) and columns else [])[:AGENT_CASES]:
+        lines.append(f"  {spec.row_name(row)}: " + ", ".join(
+            f"{f.name} {_with_unit(row[f.name], f.unit)}" for f in columns if f.name in row))
+    return lines
+
+
+def _with_unit(value: Any, unit: str) -> str:
+    return f"{format_value(value)} {unit}" if unit and value is not None else format_value(value)
+
+
+# The rungs whose agent summary is written out here; the others show what they declare.
+_AGENT_LINES = {"correctness": _correctness_lines, "benchmark": _benchmark_lines,
+                "artifacts": _artifact_lines, "profile": _profile_lines,
+                "roofline": _roofline_lines}
 
 
 def _next_step(run: Run, failed: RungResult | None) -> str:

@@ -1,95 +1,61 @@
 """The JSON Schema (draft 2020-12) of a run as `Run.to_json()` writes it.
 
 This is the contract of `krung run --json`, `krung show --json` and the MCP `evaluate` tool.
-It lives next to results.py and is checked against real runs in the tests, so a field added
-to `Run.to_json` without its schema fails there. Figures are open objects (a rung may add a
-figure without breaking readers), but the figures readers rely on are typed.
+It is checked against real runs in the tests, so a field added to `Run.to_json` without its
+schema fails there. Each rung's figures are typed and described from its declaration
+(krung.judge.rungs.spec); figures stay open objects, so a reader of an older schema still
+reads a run whose rung reports a new figure.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from krung.judge.ladder import RUNGS
+from krung.judge.ladder import specs
+from krung.judge.rungs.spec import Figure, RungSpec
 from krung.protocol.results import Status
 
 SCHEMA_ID = "urn:krung:schema:run:1"
 
 _TEXT = {"type": ["string", "null"]}
-_NUMBER = {"type": ["number", "null"]}
-_CASE = {"type": "string", "description": "a case as `size=value,...,dtype=name`"}
-
-# The figures agents read, per rung; every rung may report more than these.
-_FIGURES: dict[str, dict[str, Any]] = {
-    "static": {
-        "dsl": {"type": "string", "description": "triton, cuda, cupy, numba, torch, ..."},
-        "lines": {"type": "integer", "minimum": 0},
-        "sha256": {"type": "string", "description": "first 12 hex digits of the source hash"},
-    },
-    "compile": {
-        "import_s": _NUMBER, "first_call_s": _NUMBER, "worker_start_s": _NUMBER,
-        "mode": {"type": "string", "description": "how the version ran, e.g. "
-                                                  "triton-interpreter"},
-    },
-    "run": {"case": _CASE, "outputs": {"type": "integer", "minimum": 0}, "call_ms": _NUMBER},
-    "correctness": {
-        "cases": {"type": "integer", "minimum": 0},
-        "seeds": {"type": "integer", "minimum": 0},
-        "passed": {"type": "integer", "minimum": 0, "description": "cases that passed"},
-        "max_abs_err": _NUMBER, "max_rel_err": _NUMBER, "mse": _NUMBER, "rmse": _NUMBER,
-        "psnr_db": {**_NUMBER, "description": "null when the outputs equal the reference"},
-        "cossim": _NUMBER,
-        "worst_case": _CASE,
-        "failed_cases": {"type": "array", "items": _CASE},
-        "first_mismatch": {"type": ["array", "null"], "items": {"type": "integer"},
-                           "description": "index of the first element out of tolerance"},
-        "mismatch_region": _TEXT,
-        "per_case": {"type": "array", "items": {
-            "type": "object", "required": ["case", "passed"],
-            "properties": {"case": _CASE, "passed": {"type": "boolean"},
-                           "seeds": {"type": "integer"}, "max_abs_err": _NUMBER,
-                           "max_rel_err": _NUMBER, "mismatches": {"type": "integer"}}}},
-    },
-    "benchmark": {
-        "timer": {**_TEXT, "description": "how the times were taken: a GPU timer, or "
-                                          "cpu-wall (wall-clock time on a CPU)"},
-        "cases": {"type": "integer", "minimum": 0},
-        "geomean_us": {**_NUMBER, "description": "geometric mean of the per-case medians, µs"},
-        "speedup": {**_NUMBER, "description": "geometric mean of reference time / version time"},
-        "per_case": {"type": "array", "items": {
-            "type": "object", "required": ["case", "median_us", "ref_median_us", "speedup"],
-            "properties": {"case": _CASE, "median_us": _NUMBER, "p10_us": _NUMBER,
-                           "p90_us": _NUMBER, "cv": _NUMBER, "samples": {"type": "integer"},
-                           "ref_median_us": _NUMBER, "speedup": _NUMBER,
-                           "sm_mhz_timed": {**_NUMBER, "description": "the SM clock the "
-                                            "samples ran at (MHz, from the timer's markers)"}
-                           }}},
-    },
-    "roofline": {
-        "verdict": {"type": "string", "enum": ["at-roofline", "below", "suspect"],
-                    "description": "at-roofline: every bench case reaches the threshold; "
-                                   "suspect: a case is faster than the ceilings allow"},
-        "pct_of_roofline": {**_NUMBER, "description": "geometric mean over the bench cases of "
-                                                      "% of the binding ceiling reached"},
-        "threshold_pct": _NUMBER,
-        "limiter": {**_TEXT, "description": "the likely limiter of the case furthest from "
-                                            "its roofline"},
-        "per_case": {"type": "array", "items": {
-            "type": "object", "required": ["case", "verdict"],
-            "properties": {"case": _CASE, "tflops": _NUMBER, "gbps": _NUMBER,
-                           "intensity": _NUMBER, "pct": _NUMBER,
-                           "bound": {"type": ["string", "null"], "enum": ["memory", "compute",
-                                                                         None]},
-                           "verdict": {"type": ["string", "null"]}, "limiter": _TEXT}}},
-    },
+# A figure's kind as JSON Schema: null is allowed for every kind (NaN and infinity are written
+# as null; a figure may be unknown).
+_KINDS: dict[str, dict[str, Any]] = {
+    "number": {"type": ["number", "null"]},
+    "count": {"type": ["integer", "null"], "minimum": 0},
+    "text": _TEXT,
+    "flag": {"type": ["boolean", "null"]},
+    "list": {"type": ["array", "null"]},
+    "map": {"type": ["object", "null"]},
 }
 
 
+def figure_schema(figure: Figure) -> dict[str, Any]:
+    """One figure, typed and described (with its unit) from its declaration."""
+    found = {**_KINDS[figure.kind], "description": figure.described()}
+    if figure.choices:
+        found["enum"] = [*figure.choices, None]
+    return found
+
+
+def figures_schema(spec: RungSpec) -> dict[str, Any]:
+    """The figures of one rung: its own, and the rows of its table."""
+    properties = {f.name: figure_schema(f) for f in spec.summary}
+    if spec.columns:
+        properties[spec.rows] = {
+            "type": "array", "description": f"one row per {spec.per}",
+            "items": {"type": "object",
+                      "required": [f.name for f in spec.columns if f.required],
+                      "properties": {f.name: figure_schema(f) for f in spec.columns}}}
+    return {"type": "object", "description": spec.checks, "properties": properties}
+
+
 def _rung_schema() -> dict[str, Any]:
+    declared = specs()
     figures_by_rung = [
         {"if": {"properties": {"name": {"const": name}}},
-         "then": {"properties": {"figures": {"properties": figures}}}}
-        for name, figures in _FIGURES.items()
+         "then": {"properties": {"figures": figures_schema(spec)}}}
+        for name, spec in declared.items()
     ]
     return {
         "type": "object",
@@ -98,7 +64,7 @@ def _rung_schema() -> dict[str, Any]:
                      "location", "details", "duration_s"],
         "additionalProperties": False,
         "properties": {
-            "name": {"type": "string", "enum": list(RUNGS)},
+            "name": {"type": "string", "enum": list(declared)},
             "status": {"type": "string", "enum": [s.value for s in Status]},
             "figures": {"type": "object"},
             "error": {**_TEXT, "description": "`Type: message` when the rung failed"},

@@ -1,8 +1,9 @@
 """One GPU, one measurement at a time: a lock per GPU for the rungs that time or profile.
 
-The benchmark, profile, roofline (its calibration) and trace rungs take the GPU for
-themselves, whoever else wants it: another evaluation of the same service, another client,
-a plain `krung run` in a second terminal. The lock is an flock on a file named by the GPU's
+The rungs that declare `exclusive_gpu` (krung.judge.rungs.spec: the benchmark, profile,
+roofline for its calibration, and trace) take the GPU for themselves, whoever else wants it:
+another evaluation of the same service, another client, a plain `krung run` in a second
+terminal. The lock is an flock on a file named by the GPU's
 UUID in the machine's temporary folder, so every process of every user on this machine sees
 the same one, and the kernel releases it when its holder dies, however it dies. The other
 rungs (start, compile, correctness) run beside a measurement: that is how a suite on one GPU
@@ -19,8 +20,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-EXCLUSIVE_RUNGS = ("benchmark", "profile", "roofline", "trace")
 
 
 def lock_path(env: dict[str, Any]) -> Path:

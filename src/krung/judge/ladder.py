@@ -1,8 +1,11 @@
-"""The ladder: rungs in order, each a module (or package) under krung/judge/rungs with `NEEDS` and `run(ctx)`.
+"""The ladder: rungs in order, each a module (or package) with a declaration `SPEC`
+(krung.judge.rungs.spec.RungSpec) and `run(ctx)`.
 
-A rung returns its figures or raises RungFailed; `climb` turns either (or any other
-exception) into a RungResult. A rung is skipped when a rung it needs failed or was skipped;
-a needed rung that was not selected does not block it.
+The rungs are found, not listed: every module of krung.judge.rungs that declares one, and the
+modules KRUNG_EXTRA_RUNGS names (a rung of your own, in one file on the Python path), in
+their declared order. A rung returns its figures or raises RungFailed; `climb` turns either
+(or any other exception) into a RungResult. A rung is skipped when a rung it needs failed or
+was skipped; a needed rung that was not selected does not block it.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import pkgutil
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from krung.judge.contract import (
@@ -32,19 +37,96 @@ from krung.worker.guard import NAN_BYTE
 if TYPE_CHECKING:
     from krung.judge.candidate import Candidate
     from krung.judge.problem import Problem
+    from krung.judge.rungs.spec import RungSpec
     from krung.judge.solution import Solution
     from krung.protocol.settings import Settings
 
-# The implemented rungs, in the order they run.
-RUNGS = ("static", "compile", "run", "correctness", "determinism", "benchmark", "artifacts",
-         "profile", "roofline", "trace")
-# What a turn of the loop climbs unless told otherwise: every rung that answers in seconds.
-# Only on request (`--rungs +profile`, or naming them): `profile`, whose ncu run costs tens of
-# seconds (docs/rungs-profile.md), and `trace`, which needs a kernel instrumented with
-# krung.tracer. The roofline works without the profile; its limiter then reasons from the
-# benchmark's figures alone.
-ON_REQUEST = ("profile", "trace")
-DEFAULT_LADDER = tuple(r for r in RUNGS if r not in ON_REQUEST)
+PACKAGE = "krung.judge.rungs"
+# Not rungs: the declaration types.
+_NOT_RUNGS = ("spec",)
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """RUNGS (every rung, in the order they run), ON_REQUEST (rungs only climbed when asked
+    for: the profile, whose ncu run costs tens of seconds, and the trace, which needs an
+    instrumented kernel) and DEFAULT_LADDER (what a turn of the loop climbs unless told
+    otherwise: every rung that answers in seconds), from the rungs' declarations."""
+    if name == "RUNGS":
+        return tuple(specs())
+    if name == "ON_REQUEST":
+        return tuple(n for n, s in specs().items() if s.on_request)
+    if name == "DEFAULT_LADDER":
+        return tuple(n for n, s in specs().items() if not s.on_request)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def specs() -> dict[str, RungSpec]:
+    """Every rung's declaration, in ladder order."""
+    return {name: module.SPEC for name, module in _rungs().items()}
+
+
+def rung_module(name: str) -> ModuleType:
+    """The module (or package) of a rung: its `SPEC` and `run(ctx)`."""
+    try:
+        return _rungs()[name]
+    except KeyError:
+        raise UsageError(f"unknown rung: {name}", hint=f"choose from: {','.join(_rungs())}") \
+            from None
+
+
+@functools.cache
+def _rungs() -> dict[str, ModuleType]:
+    from krung.protocol.settings import Settings
+
+    return discover(Settings.from_env().extra_rungs)
+
+
+def discover(extra: str = "") -> dict[str, ModuleType]:
+    """The rung modules by name, in declared order: the modules of krung.judge.rungs, and
+    those `extra` names (comma-separated, as KRUNG_EXTRA_RUNGS gives them)."""
+    package = importlib.import_module(PACKAGE)
+    modules = [_declared(importlib.import_module(f"{PACKAGE}.{info.name}"), own=True)
+               for info in pkgutil.iter_modules(package.__path__)
+               if info.name not in _NOT_RUNGS]
+    modules += [_declared(_import_extra(name)) for name in extra.split(",") if name.strip()]
+    rungs: dict[str, ModuleType] = {}
+    for module in sorted(modules, key=lambda m: m.SPEC.order):
+        name = module.SPEC.name
+        if name in rungs:
+            raise UsageError(f"two modules declare the rung {name}: {rungs[name].__name__} "
+                             f"and {module.__name__}", hint="give your rung another name")
+        rungs[name] = module
+    for name, module in rungs.items():
+        unknown = [n for n in module.SPEC.needs if n not in rungs]
+        if unknown:
+            raise UsageError(f"the rung {name} ({module.__name__}) needs unknown rung(s) "
+                             f"{', '.join(unknown)}", hint=f"the rungs are: {', '.join(rungs)}")
+    return rungs
+
+
+def _import_extra(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name.strip())
+    except ImportError as exc:
+        raise UsageError(f"KRUNG_EXTRA_RUNGS names {name.strip()}, which does not import: "
+                         f"{type(exc).__name__}: {exc}",
+                         hint="put the folder that holds it on PYTHONPATH (the judge process "
+                              "imports it too), or correct the name") from None
+
+
+def _declared(module: ModuleType, own: bool = False) -> ModuleType:
+    """`module`, checked to be a rung: a SPEC (named after the module, for krung's own) and a
+    run(ctx)."""
+    from krung.judge.rungs.spec import RungSpec
+
+    spec = getattr(module, "SPEC", None)
+    if not isinstance(spec, RungSpec) or not callable(getattr(module, "run", None)):
+        raise UsageError(f"{module.__name__} is no rung: it needs `SPEC = RungSpec(...)` and "
+                         "`def run(ctx)`", hint="see docs/rungs.md, `A rung of your own`")
+    if own and spec.name != module.__name__.rsplit(".", 1)[-1]:
+        raise UsageError(f"{module.__name__} declares the rung {spec.name}",
+                         hint="a rung of krung.judge.rungs is named after its module")
+    return module
 
 
 class RungSkipped(Exception):
@@ -55,25 +137,25 @@ def select(spec: str | list[str] | tuple[str, ...] | None) -> list[str]:
     """The rungs to climb, in ladder order: the default ladder for nothing; exactly the rungs
     named in `a,b` (or a list); the default ladder and more for `+a,+b` (`+profile` adds the
     profile to the default)."""
-    if spec is None or spec == "" or spec == []:
-        return list(DEFAULT_LADDER)
-    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else \
-        [str(n).strip() for n in spec]
+    declared = specs()
+    default = [n for n, s in declared.items() if not s.on_request]
+    names = [] if spec is None else [n.strip() for n in spec.split(",")] \
+        if isinstance(spec, str) else [str(n).strip() for n in spec]
     names = [n for n in names if n]
     if not names:
-        return list(DEFAULT_LADDER)
+        return default
     added = [n.removeprefix("+") for n in names if n.startswith("+")]
     if added and len(added) != len(names):
         raise UsageError(f"rungs {','.join(names)} mix added rungs (+name) with named ones",
                          hint="either name every rung to climb (static,compile,run) or add "
                               "rungs to the default ladder (+profile,+trace)")
-    unknown = [n for n in (added or names) if n not in RUNGS]
+    unknown = [n for n in (added or names) if n not in declared]
     if unknown:
         raise UsageError(f"unknown rung(s): {', '.join(unknown)}",
-                         hint=f"choose from: {','.join(RUNGS)}; +name adds a rung to the "
-                              f"default ladder ({','.join(DEFAULT_LADDER)})")
-    chosen = set(DEFAULT_LADDER) | set(added) if added else set(names)
-    return [n for n in RUNGS if n in chosen]
+                         hint=f"choose from: {','.join(declared)}; +name adds a rung to the "
+                              f"default ladder ({','.join(default)})")
+    chosen = set(default) | set(added) if added else set(names)
+    return [n for n in declared if n in chosen]
 
 
 @dataclass
@@ -212,8 +294,8 @@ def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None],
 
     for name in names:
         starting(name)
-        module = importlib.import_module(f"krung.judge.rungs.{name}")
-        blocked = [need for need in module.NEEDS
+        module = rung_module(name)
+        blocked = [need for need in module.SPEC.needs
                    if need in ctx.results and not ctx.results[need].ok]
         if blocked:
             need = blocked[0]
@@ -224,7 +306,7 @@ def climb(ctx: Context, names: list[str], emit: Callable[[RungResult], None],
                 why = None
             result = RungResult(name, Status.SKIPPED, reason=f"needs {need}, which {state}"
                                 + (f" ({why})" if why else ""))
-        elif ctx.device == "cuda" and name in gpu_lock.EXCLUSIVE_RUNGS:
+        elif ctx.device == "cuda" and module.SPEC.exclusive_gpu:
             with gpu_lock.exclusive(gpu_lock.lock_path(ctx.env), functools.partial(
                     ctx.progress, name, "waiting for the GPU (another evaluation is measuring "
                                         "on it)")):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from krung.judge.candidate import Candidate, kill_all
-from krung.judge.ladder import RUNGS, Context, climb, derive_seed
+from krung.judge.ladder import RUNGS, Context, climb, derive_seed, rung_module
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
 from krung.judge.solution import read_solution
@@ -226,7 +226,7 @@ def _warm(device: str, candidate: Candidate) -> None:
     """What a pooled judge does before its evaluation comes, so the evaluation need not:
     import the rungs, start CUDA and the profiler, wait for the worker's hello."""
     for name in RUNGS:
-        importlib.import_module(f"krung.judge.rungs.{name}")
+        rung_module(name)
     if device == "cuda":
         import torch
 

@@ -68,6 +68,10 @@ _SETTINGS = {
     "service": Setting("KRUNG_SERVICE", "the warm evaluation service beside the store: auto "
                                         "(use one that runs), on (start one if none runs; it "
                                         "exits when idle), off (a fresh judge every time)"),
+    "extra_rungs": Setting("KRUNG_EXTRA_RUNGS", "rungs of your own: comma-separated modules, "
+                                                "importable on PYTHONPATH, each declaring SPEC "
+                                                "and run(ctx) (docs/rungs.md); read by the "
+                                                "host and the judge from the environment"),
 }
 
 
@@ -91,6 +95,7 @@ class Settings:
     compiled_baseline: bool = False
     scale: float = 1.0
     service: str = "auto"
+    extra_rungs: str = ""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -152,6 +157,12 @@ def _parse(name: str, source: str, raw: object) -> object:
     if name == "service" and raw not in SERVICE_MODES:
         raise UsageError(f"{source}={raw!r} is not a service mode",
                          hint=f"use one of: {', '.join(SERVICE_MODES)}")
+    if name == "extra_rungs" and not all(
+            part.strip() and all(p.isidentifier() for p in part.strip().split("."))
+            for part in str(raw).split(",")):
+        raise UsageError(f"{source}={raw!r} is not a list of module names",
+                         hint=f"set {source} to modules separated by commas, e.g. "
+                              "my_rungs.toy,my_rungs.other")
     if name == "device" and raw not in DEVICES:
         raise UsageError(f"{source}={raw!r} is not a device krung knows",
                          hint=f"use one of: {', '.join(DEVICES)}")

@@ -28,12 +28,99 @@ from krung.judge.contract import check_conduct, check_outputs
 from krung.judge.device import clock_state, clock_warning, floor_us
 from krung.judge.ladder import Context, nbytes, poison_leaves
 from krung.judge.problem import case_label
-from krung.judge.verdict import judge_outputs
+from krung.judge.rungs.correctness import ERROR_FIGURES
+from krung.judge.rungs.spec import HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 from krung.worker.timing import Samples, TimingPlan, measure, summarise
 
-NEEDS = ("correctness",)
+_COMPILED = "with --vs-compiled (KRUNG_COMPILED_BASELINE=1)"
+_GPU = "on a GPU"
+_CUPTI = "where the GPU timer saw the call's kernels"
+SPEC = RungSpec(
+    "benchmark", order=60, needs=("correctness",), exclusive_gpu=True,
+    checks="every bench case timed, version and reference the same way (docs/timing.md): "
+           "several input sets outgrowing the L2, two rounds alternating version and "
+           "reference; the timed calls' outputs checked; a time below what the GPU's "
+           "datasheet peaks allow for the work fails (`ImpossibleTime`); on a CPU, the "
+           "problem's cpu_bench_cases or its smallest bench case shrunk for the interpreter",
+    per="bench case",
+    figures=(
+        Figure("timer", "", "how the times were taken: a GPU timer (cupti, cuda-event), or "
+               "cpu-wall (wall-clock time on a CPU)", "text"),
+        Figure("cases", "", "the bench cases timed", "count"),
+        Figure("geomean_us", "us", "the geometric mean of the per-case medians"),
+        Figure("speedup", "x", "the geometric mean of reference time / version time (>1 is "
+               "faster)"),
+        Figure("speedup_vs_compiled", "x", "the geometric mean of torch.compile(reference) "
+               "time / version time", when=_COMPILED),
+        Figure("compiled_warm_up_s", "s", "torch.compile's warm-up calls (its compiles), not "
+               "timed", when=_COMPILED),
+        Figure("compiled_error", "", "why torch.compile(reference) could not be timed", "text",
+               when=_COMPILED),
+        Figure("cases_reduced_for_cpu", "", "which smaller case was timed instead of which, "
+               "and why", "text", when="on a CPU, when the bench cases are too big for the "
+                                       "interpreter"),
+        Figure("ranking_by", "", "GPU MODE's ranking rule over the bench cases: last, mean or "
+               "geomean", "text", when="GPU MODE problems"),
+        Figure("score_us", "us", "the ranking score: the rule over the per-case medians",
+               when="GPU MODE problems"),
+        *(Figure(f.name, f.unit, f.meaning, f.kind, when="on TimedMismatch: the failing "
+                 "output's comparison") for f in (*ERROR_FIGURES, Figure(
+                     "elements", "", "the output's elements", "count"))),
+        Figure("case", "", "the bench case", "text", per_case=True, required=True),
+        Figure("median_us", "us", "the median of the version's times per call", per_case=True,
+               required=True, shown=TABLES),
+        Figure("p10_us", "us", "the 10th percentile of the version's times", per_case=True,
+               shown=TABLES),
+        Figure("p90_us", "us", "the 90th percentile of the version's times", per_case=True,
+               shown=TABLES),
+        Figure("cv", "", "the coefficient of variation of the version's times", per_case=True),
+        Figure("ci_pct", "%", "the half-width of the median's confidence interval, % of the "
+               "median", per_case=True, shown=TABLES),
+        Figure("samples", "", "the version's timed calls", "count", per_case=True,
+               shown=(TABLE,)),
+        Figure("ref_median_us", "us", "the median of the reference's times, taken the same way",
+               per_case=True, required=True, shown=TABLES),
+        Figure("speedup", "x", "reference median / version median (>1 is faster)",
+               per_case=True, required=True, shown=TABLES),
+        Figure("timer", "", "how the version's times were taken", "text", per_case=True,
+               shown=TABLES),
+        Figure("host_median_us", "us", "the median time per call as the host saw it (launches "
+               "included)", per_case=True, shown=(TABLE,), when=_CUPTI),
+        Figure("kernels_per_call", "", "the kernels, copies and memsets one call launched",
+               per_case=True, shown=(HTML,), when=_CUPTI),
+        Figure("launch_bound", "", "the host's time is well above the device's: launches, not "
+               "kernels, bound the call", "flag", per_case=True, shown=(HTML,), when=_CUPTI),
+        Figure("sm_mhz_timed", "MHz", "the SM clock the samples ran at (from the timer's "
+               "markers)", per_case=True, shown=TABLES, when=_GPU),
+        Figure("compiled_median_us", "us", "the median of torch.compile(reference)'s times",
+               per_case=True, shown=TABLES, when=_COMPILED),
+        Figure("speedup_vs_compiled", "x", "torch.compile(reference) median / version median",
+               per_case=True, shown=TABLES, when=_COMPILED),
+        Figure("config", "", "the configs @triton.autotune chose for the case's shapes",
+               "text", per_case=True, shown=TABLES, when="autotuned versions"),
+        Figure("autotune", "", "the chosen configs, per kernel", "list", per_case=True,
+               when="autotuned versions"),
+        Figure("ref_timer", "", "how the reference's times were taken", "text", per_case=True),
+        Figure("input_sets", "", "the input sets the calls rotate through (together more than "
+               "the L2 holds, up to 8)", "count", per_case=True),
+        Figure("l2_flush_bytes", "B", "the buffer written to flush the L2 before each call",
+               "count", per_case=True),
+        Figure("wall_s", "s", "the wall-clock time the version's timing took", per_case=True),
+        Figure("streams", "", "the streams the call's work ran on", "count", per_case=True,
+               when="when it ran on several"),
+        Figure("sm_mhz", "MHz", "the SM clock before and after the timing", "list",
+               per_case=True, when=_GPU),
+        Figure("sm_max_mhz", "MHz", "the GPU's top SM clock", per_case=True, when=_GPU),
+        Figure("clock_warning", "", "the GPU throttled or ran at low clocks during the timing",
+               "text", per_case=True, when="when it did"),
+        Figure("power_capped", "", "the GPU hit its power cap during the timing", "flag",
+               per_case=True, when="when it did"),
+        Figure("floor_us", "us", "the least time the GPU's datasheet peaks allow for the "
+               "case's work", per_case=True, when="on a GPU krung has a datasheet for"),
+    ),
+    notes="On ImpossibleTime the rung's figures are the failing case's row.")
 
 ROUNDS = 2  # version, reference, version, reference
 GPU_PLAN = TimingPlan(warmup_s=0.02, max_s=0.12, min_samples=10, max_samples=2000,
@@ -263,6 +350,8 @@ def input_set_count(set_bytes: int, l2_bytes: int) -> int:
 
 def _check_timed_outputs(ctx: Context, reply: dict[str, Any], sets: list, expected: list,
                          label: str) -> None:
+    from krung.judge.verdict import judge_outputs
+
     for set_index, (outputs, specs, inputs, want) in enumerate(
             zip(reply["outputs"], reply["specs"], sets, expected, strict=True)):
         what = f"the timed calls of bench case {label}, input set {set_index + 1}"

@@ -12,19 +12,85 @@ seeds but not the other cases, so the report shows every case that fails.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from krung.judge.ladder import Context
-from krung.judge.metrics import Comparison, bit_differences
 from krung.judge.problem import case_label
 from krung.judge.problem.unseen import unseen_cases
-from krung.judge.verdict import Verdict, judge_outputs
+from krung.judge.rungs.spec import HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
+from krung.protocol.settings import Settings
 
-NEEDS = ("run",)
+if TYPE_CHECKING:  # torch comes with them, and only where outputs are compared
+    from krung.judge.metrics import Comparison
+    from krung.judge.verdict import Verdict
+
+# The figures of one comparison of an output with the reference's (krung.judge.metrics), in
+# float64; the rung reports the worst over seeds and outputs, per case and over the cases.
+ERROR_FIGURES = (
+    Figure("max_abs_err", "", "the largest |out - ref|", shown=TABLES),
+    Figure("max_rel_err", "", "the largest |out - ref| / |ref|, denominators clamped below "
+           "1e-3 x RMS(reference) so near-zero references do not dominate it", shown=TABLES),
+    Figure("mse", "", "the mean squared error"),
+    Figure("rmse", "", "the root of the mean squared error"),
+    Figure("psnr_db", "dB", "the peak signal-to-noise ratio; null when the outputs equal the "
+           "reference", shown=(TABLE,)),
+    Figure("cossim", "", "the cosine similarity of output and reference", shown=(TABLE,)),
+    Figure("mismatches", "", "elements out of tolerance", "count", shown=TABLES),
+    Figure("nonfinite", "", "NaN or Inf elements where the reference is finite", "count"),
+)
+_SUMMARY_ERRORS = ("max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db", "cossim")
+
+SPEC = RungSpec(
+    "correctness", order=40, needs=("run",),
+    checks=f"every test case x {Settings.seeds} seeds (`KRUNG_SEEDS`), plus 1-2 unseen cases (awkward "
+           "neighbours of declared sizes, new every evaluation), fresh inputs each time, "
+           "checked calls (poisoned output memory, inputs unchanged, no tampering, no "
+           "forbidden operator), outputs compared in float64 under the per-dtype tolerance, "
+           "and by the problem's own check where it has one",
+    summary_title="error figures",
+    figures=(
+        Figure("cases", "", "the cases checked: declared and unseen", "count", shown=(HTML,)),
+        Figure("seeds", "", "seeds per case", "count"),
+        Figure("passed", "", "the cases that passed", "count", shown=(HTML,)),
+        *(replace(f, meaning=f"{f.meaning}: the worst over the cases", shown=(HTML,))
+          for f in ERROR_FIGURES if f.name in _SUMMARY_ERRORS),
+        Figure("worst_case", "", "the case with the largest max_abs_err", "text", shown=(HTML,)),
+        Figure("unseen_cases", "", "the unseen cases among them", "count", shown=(HTML,)),
+        Figure("unseen_skipped", "", "unseen cases the problem itself cannot make inputs or a "
+               "reference output for, and why", "text", when="when there are some"),
+        Figure("threads_started", "", "threads the version started and left running", "count",
+               when="when it left some"),
+        Figure("failed_cases", "", "the cases that failed", "list", when="on failure"),
+        Figure("first_mismatch", "", "the index of the first element out of tolerance in the "
+               "first failing output", "list", when="on failure"),
+        Figure("mismatch_region", "", "where the mismatches are, per dimension", "text",
+               when="on failure"),
+        Figure("reference_nondeterministic", "", "the reference itself gives other bits on "
+               "the same inputs: no version can pass", "flag",
+               when="on NondeterministicReference"),
+        Figure("case", "", "the case: `size=value,...,dtype=name`, `(unseen)` for an unseen "
+               "one", "text", per_case=True, required=True),
+        Figure("passed", "", "whether every seed of the case passed", "flag", per_case=True,
+               required=True, shown=TABLES),
+        Figure("seeds", "", "the seeds that ran (a failing seed stops the case)", "count",
+               per_case=True, shown=TABLES),
+        *(replace(f, per_case=True, meaning=f"{f.meaning}: the worst over the case's "
+                  "seeds and outputs") for f in ERROR_FIGURES),
+        Figure("check", "", "what the problem's own check said", "text", per_case=True,
+               when="problems with a check of their own"),
+    ),
+    notes="An element passes when `|out - ref| <= atol + rtol * |ref|` under the per-dtype "
+          "policy (krung/judge/tolerance.py: float32 1e-4; float16 and bfloat16 1e-2; float8 "
+          "wider; integers exact), overridable by the problem; reduced precisions must also "
+          "reach a minimum PSNR and cosine similarity, and NaN or Inf where the reference is "
+          "finite never passes.")
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    from krung.judge.verdict import judge_outputs
+
     declared = ctx.problem.test_cases
     unseen, skipped = _usable(ctx, unseen_cases(declared, ctx.seed_for("unseen"),
                                                 ctx.problem.derive_case))
@@ -98,6 +164,8 @@ def _nondeterminism(ctx: Context, failures: list) -> str | None:
     """Why no version can match, when the reference itself gives another answer on the same
     inputs (dropout in training mode, sampling): the reference run twice on the first
     failing call's inputs, and where its two answers differ."""
+    from krung.judge.metrics import bit_differences
+
     _, rep, _, case, index = failures[0]
     try:
         inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))

@@ -7,9 +7,20 @@ from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.problem import case_label
+from krung.judge.rungs.spec import Figure, RungSpec
 from krung.protocol.errors import RungFailed
 
-NEEDS = ("compile",)
+SPEC = RungSpec(
+    "run", order=30, needs=("compile",),
+    checks="the first test case runs as a checked call (docs/trust.md); output count, type "
+           "(a plain `torch.Tensor`), dtype, shape and device match the reference's; no "
+           "NaN/Inf where the reference is finite",
+    figures=(
+        Figure("case", "", "the test case that ran", "text"),
+        Figure("outputs", "", "the outputs the reference returns", "count"),
+        Figure("call_ms", "ms", "the checked call, as the judge waited for it (inputs sent, "
+               "outputs back)"),
+    ))
 
 
 def run(ctx: Context) -> dict[str, Any]:

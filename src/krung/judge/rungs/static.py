@@ -12,6 +12,7 @@ import ast
 from typing import Any
 
 from krung.judge.ladder import Context
+from krung.judge.rungs.spec import Figure, RungSpec
 from krung.judge.solution import (
     detect_dsl,
     entry_point,
@@ -19,9 +20,20 @@ from krung.judge.solution import (
     qualified_uses,
 )
 from krung.protocol.errors import RungFailed
-from krung.worker.explain import shadowing, shadowing_hint
 
-NEEDS: tuple[str, ...] = ()
+SPEC = RungSpec(
+    "static", order=10,
+    checks="the file parses, defines the entry point its format asks for (`kernel` at module "
+           "level; KernelBench's `ModelNew`; GPU MODE's `custom_kernel`), does not import the "
+           "problem or its reference, and uses none of the names the problem forbids (import "
+           "aliases resolved)",
+    figures=(
+        Figure("dsl", "", "the DSL the version uses: triton, cuda, cupy, numba, cutedsl, "
+               "tilelang, torch, ...", "text"),
+        Figure("lines", "", "lines in the version's file", "count"),
+        Figure("sha256", "", "the first 12 hex digits of the SHA-256 of the version's source",
+               "text"),
+    ))
 
 _ENTRY_HINTS = {
     "native": "define `def kernel(*inputs)` at module level, taking the reference's inputs "
@@ -84,6 +96,8 @@ def _check_forbidden(ctx: Context, tree: ast.Module) -> None:
 def _check_shadowing(ctx: Context, tree: ast.Module) -> None:
     """A file beside the version (or the version itself) named after a standard or installed
     module the version imports: in the worker, `import triton` would find that file."""
+    from krung.worker.explain import shadowing, shadowing_hint
+
     for module, line in imported_modules(tree):
         name = module.split(".")[0]
         local = shadowing(name, ctx.solution.path.parent)

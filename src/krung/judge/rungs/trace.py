@@ -15,9 +15,36 @@ from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.problem import case_label
+from krung.judge.rungs.spec import TABLES, Figure, RungSpec
 
-NEEDS = ("run",)
 FOLDER = "artifacts/trace"
+SPEC = RungSpec(
+    "trace", order=100, needs=("run",), on_request=True, gpu_only=True, exclusive_gpu=True,
+    checks="regions timed inside a Triton kernel instrumented with `krung.tracer`, on the "
+           "first bench case: per region the time across programs, and a Chrome/Perfetto "
+           "trace per launch (docs/inspect.md)",
+    rows="per_region", per="region", row_label=("kernel", "region"),
+    figures=(
+        Figure("case", "", "the bench case traced", "text"),
+        Figure("launches", "", "the launches that recorded regions", "count"),
+        Figure("regions", "", "the regions, over the launches", "count"),
+        Figure("call_us", "us", "the traced call's event-timed duration"),
+        Figure("span_us", "us", "the longest launch's span, first record to last"),
+        Figure("files", "", "the Chrome traces, in the run's folder", "list"),
+        Figure("launch", "", "the launch's index in the call", "count", per_case=True),
+        Figure("kernel", "", "the kernel", "text", per_case=True),
+        Figure("region", "", "the region's name", "text", per_case=True, required=True),
+        Figure("programs", "", "the programs that recorded it", "count", per_case=True,
+               shown=TABLES),
+        Figure("median_ns", "ns", "the median time of the region across programs",
+               per_case=True, shown=TABLES),
+        Figure("p10_ns", "ns", "its 10th percentile", per_case=True, shown=TABLES),
+        Figure("p90_ns", "ns", "its 90th percentile", per_case=True, shown=TABLES),
+        Figure("min_ns", "ns", "its shortest", per_case=True),
+        Figure("max_ns", "ns", "its longest", per_case=True),
+        Figure("launch_span_ns", "ns", "the launch's span, first record to last",
+               per_case=True, shown=TABLES),
+    ))
 
 
 def run(ctx: Context) -> dict[str, Any]:

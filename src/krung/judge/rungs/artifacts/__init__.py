@@ -25,27 +25,102 @@ from pathlib import Path
 from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
-from krung.judge.rungs.artifacts import dumped
-from krung.judge.rungs.artifacts.inspect import inspect
 from krung.judge.rungs.artifacts.target import DEFAULT_ARCH, Target
+from krung.judge.rungs.spec import TABLES, Figure, RungSpec
 from krung.judge.solution import detect_dsl
 from krung.protocol import build_cache
-from krung.protocol.channel import ChannelClosed, spawn
 from krung.protocol.errors import RungFailed
-from krung.worker import tilelang_kernels
 
-# Not `compile`: CUDA sources compile for the target even where the version cannot be built
-# (no GPU); for the other DSLs the rung itself skips when compile failed.
-NEEDS = ("static",)
+# The tools, parsers and the build process are imported where they are used: the host imports
+# this package for SPEC alone.
+
 FOLDER = "artifacts"
-ROW_KEYS = ("kernel", "function", "symbol", "specialisation", "dsl", "registers", "static_smem_bytes",
-            "dynamic_smem_bytes", "stack_bytes", "local_bytes", "spill_store_bytes",
-            "spill_load_bytes", "spills", "local_ops", "threads_per_block", "occupancy", "blocks_per_sm",
-            "warps_per_sm", "limited_by", "warps_by_registers", "launches", "highlights",
-            "sass", "files", "notes", "error", "error_kind", "location")
+_ERROR = "for a kernel that did not compile"
+SPEC = RungSpec(
+    # Not `compile`: CUDA sources compile for the target even where the version cannot be
+    # built (no GPU); for the other DSLs the rung itself skips when compile failed.
+    "artifacts", order=70, needs=("static",),
+    checks="what the compiler made of every kernel the version launched (docs/inspect.md): "
+           "TTIR, TTGIR, LLIR, PTX, CUBIN, SASS and ptxas's report per kernel and "
+           "specialisation, in the run's folder; on a CPU, Triton kernels are compiled for "
+           "sm_90a, and a kernel that the interpreter runs but the compiler rejects fails "
+           "(`TargetCompileError`)",
+    rows="per_kernel", per="kernel", row_label=("kernel", "specialisation"),
+    figures=(
+        Figure("arch", "", "the architecture the kernels were compiled for", "text"),
+        Figure("source", "", "where the figures come from: the kernels the GPU ran, krung's "
+               "own compile for the arch, or krung's nvcc over the version's CUDA sources",
+               "text"),
+        Figure("kernels", "", "the kernels", "count"),
+        Figure("specialisations", "", "the kernels' specialisations (one per set of constants "
+               "and argument properties they were compiled for)", "count"),
+        Figure("max_registers", "", "the most registers per thread of any kernel", "count"),
+        Figure("spills", "", "whether ptxas spilled registers in any kernel", "flag"),
+        Figure("min_occupancy", "", "the lowest occupancy of any kernel"),
+        Figure("tensor_core_instructions", "", "tensor-core instructions in the SASS of all "
+               "kernels", "count"),
+        Figure("folder", "", "the kernels' files, in the run's folder", "text"),
+        Figure("autotune", "", "the configs @triton.autotune chose (their kernels are among "
+               "the rows)", "list", when="autotuned versions"),
+        Figure("note", "", "why there is no kernel to inspect", "text",
+               when="when there is none"),
+        Figure("kernel", "", "the kernel (Triton's function, or the CUDA source)", "text",
+               per_case=True, required=True),
+        Figure("function", "", "the function in the cubin, demangled and shortened", "text",
+               per_case=True),
+        Figure("symbol", "", "the function's symbol in the cubin", "text", per_case=True),
+        Figure("specialisation", "", "what the kernel was compiled for (its file stem)", "text",
+               per_case=True),
+        Figure("dsl", "", "the DSL that built it", "text", per_case=True),
+        Figure("registers", "", "registers per thread", "count", per_case=True, shown=TABLES),
+        Figure("static_smem_bytes", "B", "static shared memory per block", "count",
+               per_case=True, shown=TABLES),
+        Figure("dynamic_smem_bytes", "B", "dynamic shared memory per block (Triton's)", "count",
+               per_case=True, shown=TABLES),
+        Figure("stack_bytes", "B", "stack frame per thread", "count", per_case=True),
+        Figure("local_bytes", "B", "local memory per thread", "count", per_case=True),
+        Figure("spill_store_bytes", "B", "bytes spilled to local memory (stores), per ptxas",
+               "count", per_case=True),
+        Figure("spill_load_bytes", "B", "bytes read back from spills (loads), per ptxas",
+               "count", per_case=True),
+        Figure("spills", "", "whether ptxas spilled registers", "flag", per_case=True,
+               shown=TABLES),
+        Figure("local_ops", "", "local-memory loads and stores in the SASS (spills and "
+               "per-thread arrays)", "count", per_case=True),
+        Figure("threads_per_block", "", "the block size, where it is known", "count",
+               per_case=True),
+        Figure("occupancy", "", "the fraction of an SM's warps that can be resident with these "
+               "resources", per_case=True, shown=TABLES),
+        Figure("blocks_per_sm", "", "the blocks an SM can hold", "count", per_case=True),
+        Figure("warps_per_sm", "", "the warps an SM can hold", "count", per_case=True),
+        Figure("limited_by", "", "the resource that binds the occupancy: warps, blocks, "
+               "registers or shared_memory", "text", per_case=True, shown=TABLES),
+        Figure("warps_by_registers", "", "the warps per SM the registers alone allow", "count",
+               per_case=True),
+        Figure("launches", "", "the launches of this specialisation", "count", per_case=True),
+        Figure("highlights", "", "what stands out in the SASS: tensor-core instructions, "
+               "vector widths, TMA, local memory", "text", per_case=True, shown=TABLES),
+        Figure("sass", "", "the instruction mix: counts per opcode group", "map",
+               per_case=True),
+        Figure("files", "", "the kernel's files by stage (ptx, cubin, sass, ...)", "map",
+               per_case=True),
+        Figure("notes", "", "what the tools said", "list", per_case=True),
+        Figure("error", "", "why the kernel gave no figures", "text", per_case=True,
+               shown=TABLES, when=_ERROR),
+        Figure("error_kind", "", "compile, no_toolkit or not_found", "text", per_case=True,
+               when=_ERROR),
+        Figure("location", "", "file:line of the compile error in the version", "text",
+               per_case=True, when=_ERROR),
+    ))
+# A kernel's row holds what the declaration names (the inspection finds more).
+ROW_KEYS = tuple(f.name for f in SPEC.columns)
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    from krung.judge.rungs.artifacts import dumped
+    from krung.judge.rungs.artifacts.inspect import inspect
+    from krung.worker import tilelang_kernels
+
     out_dir = ctx.run_dir / FOLDER
     out_dir.mkdir(parents=True, exist_ok=True)
     target = target_for(ctx)
@@ -120,6 +195,8 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                   rung: str = "artifacts") -> list[dict[str, Any]]:
     """Import the version in a build process of its own and have the backends compile; CUDA
     sources come back as text and nvcc compiles them here, out of the version's reach."""
+    from krung.protocol.channel import ChannelClosed, spawn
+
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONUNBUFFERED"] = "1"
     process, channel = spawn("krung.judge.rungs.artifacts.build",

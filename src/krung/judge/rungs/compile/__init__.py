@@ -13,15 +13,65 @@ from __future__ import annotations
 
 import ast
 import time
+from dataclasses import replace
 from typing import Any
 
 from krung.judge import dsls
 from krung.judge.ladder import Context, RungSkipped, failure, poison_leaves
+from krung.judge.rungs.artifacts import SPEC as ARTIFACTS
+from krung.judge.rungs.spec import TABLE, Figure, RungSpec
 from krung.judge.solution import imported_modules
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 
-NEEDS = ("static",)
+_NVCC = "CUDA C++ without a GPU (compiled with nvcc, not run)"
+_KERNEL_FIGURES = ("registers", "static_smem_bytes", "stack_bytes", "spill_store_bytes",
+                   "spill_load_bytes", "spills", "local_ops", "threads_per_block", "occupancy")
+SPEC = RungSpec(
+    "compile", order=20, needs=("static",),
+    checks="the DSL is installed (`DSLNotInstalled` with the `pip install` command), the "
+           "version imports, and its first call compiles (JIT DSLs compile on first use); a "
+           "compile error names the version's line, also for Triton's errors, which Triton "
+           "reports relative to the `@jit` function, and for nvcc's inside a CUDA string; "
+           "without a GPU, CUDA C++ is compiled with nvcc and not run, and other GPU-only "
+           "DSLs skip the rung",
+    rows="per_kernel", per="kernel",
+    figures=(
+        Figure("import_s", "s", "the import of the version in the worker"),
+        Figure("first_call_s", "s", "the first call, on the first test case: JIT compiles "
+               "happen here"),
+        Figure("worker_start_s", "s", "the worker's own start (Python, torch, the DSL)"),
+        Figure("worker_wait_s", "s", "what the judge still waited for the worker after "
+               "loading the problem (the worker starts meanwhile)"),
+        Figure("mode", "", "how the version ran where that is not plainly: "
+               "triton-interpreter (a CPU), or nvcc (no GPU)", "text"),
+        Figure("build_s", "s", "torch's builds of the version's CUDA C++ extensions, in all",
+               when="CUDA C++ built by torch"),
+        Figure("call_s", "s", "the first call besides building", when="CUDA C++ built by torch"),
+        Figure("build_cache", "", "whether the build cache under the store held the builds: "
+               "hit, miss or partial", "text", when="CUDA C++ built by torch"),
+        Figure("extensions", "", "the extensions torch built", "count",
+               when="CUDA C++ built by torch"),
+        Figure("first_call", "", "what the first call raised besides a compile error (the run "
+               "rung reports it)", "text", when="when it raised"),
+        Figure("ran", "", "false: the version was compiled, not run", "flag", when=_NVCC),
+        Figure("arch", "", "the architecture nvcc compiled for (sm_90a unless "
+               "KRUNG_ARTIFACTS_ARCH says)", "text", when=_NVCC),
+        Figure("sources", "", "the CUDA sources compiled", "count", when=_NVCC),
+        Figure("compile_s", "s", "nvcc and ptxas over the sources", when=_NVCC),
+        Figure("cache", "", "whether the build cache held the outputs: hit, miss or partial",
+               "text", when=_NVCC),
+        Figure("kernels", "", "the kernels compiled", "count", when=_NVCC),
+        Figure("max_registers", "", "the most registers per thread of any kernel", "count",
+               when=_NVCC),
+        Figure("spills", "", "whether ptxas spilled registers in any kernel", "flag",
+               when=_NVCC),
+        Figure("case", "", "the source and the function: `source:function`", "text",
+               per_case=True, when=_NVCC),
+        # per kernel, what ptxas and the cubin say, as the artifacts rung reports it
+        *(replace(f, shown=(TABLE,), when=_NVCC) for f in ARTIFACTS.columns
+          if f.name in _KERNEL_FIGURES),
+    ))
 
 
 def run(ctx: Context) -> dict[str, Any]:

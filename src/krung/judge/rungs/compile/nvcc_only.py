@@ -17,12 +17,12 @@ from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.rungs.artifacts.inspect import inspect
+from krung.judge.rungs.compile import SPEC
 from krung.protocol.errors import RungFailed
 
-# What the compile rung reports per kernel (the artifacts rung reports the rest).
-KERNEL_KEYS = ("kernel", "function", "registers", "static_smem_bytes", "stack_bytes",
-               "spill_store_bytes", "spill_load_bytes", "spills", "local_ops", "threads_per_block",
-               "occupancy")
+# What the compile rung reports per kernel, as it declares (the artifacts rung reports the
+# rest); the kernel and its function become the row's `case`.
+KERNEL_KEYS = ("kernel", "function", *(f.name for f in SPEC.columns if f.name != "case"))
 NOT_RUN = ("no GPU here: the CUDA sources were compiled for {arch} with nvcc, not run; "
            "running the version needs a GPU")
 

@@ -13,15 +13,41 @@ from __future__ import annotations
 from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
-from krung.judge.metrics import bit_differences
 from krung.judge.problem import case_label, case_size
+from krung.judge.rungs.spec import Figure, RungSpec
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE, OTHER_BYTE
 
-NEEDS = ("correctness",)
+# compute-sanitizer's tools (krung.judge.rungs.determinism.sanitize runs them).
+TOOLS = ("memcheck", "racecheck", "initcheck")
+_SANITIZE = "with --sanitize (KRUNG_SANITIZE=1, GPU)"
+SPEC = RungSpec(
+    "determinism", order=50, needs=("correctness",),
+    checks="the largest test case twice, output memory poisoned differently each time: the "
+           "same bits, or a race / uninitialised read reported with where; skipped where the "
+           "reference itself is nondeterministic; with `--sanitize` (`KRUNG_SANITIZE=1`, "
+           "GPU) also compute-sanitizer memcheck (4 KiB red zones after every allocation), "
+           "racecheck and initcheck on one call, each in a worker left to exit by itself so "
+           "the tool writes its summary; the tool's exit status overrules its log, a log "
+           "without a summary fails (`SanitizerIncomplete`), and so does a version that "
+           "raises or does not load under the tool (`SanitizerRunFailed`); racecheck's "
+           "warnings (benign hazards) are counted, not failed on",
+    figures=(
+        Figure("case", "", "the case run twice", "text"),
+        Figure("runs", "", "the runs compared", "count"),
+        Figure("identical", "", "whether the two runs gave the same bits", "flag"),
+        Figure("differing", "", "the elements that differ between the runs", "count",
+               when="on Nondeterministic"),
+        *(Figure(f"{tool}_errors", "", f"errors compute-sanitizer {tool} found", "count",
+                 when=_SANITIZE) for tool in TOOLS),
+        *(Figure(tool, "", f"errors compute-sanitizer {tool} found", "count",
+                 when="on SanitizerError") for tool in TOOLS),
+    ))
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    from krung.judge.metrics import bit_differences
+
     case = max(ctx.problem.test_cases, key=case_size)  # races show best on the largest case
     label = case_label(case)
     inputs = ctx.make_inputs(case, ctx.seed_for("determinism"))

@@ -16,11 +16,11 @@ from typing import Any
 
 from krung.judge.candidate import Candidate
 from krung.judge.ladder import Context, poison_leaves
+from krung.judge.rungs.determinism import TOOLS
 from krung.protocol import tree
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 
-TOOLS = ("memcheck", "racecheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
 # "RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)": warnings are the hazards
 # racecheck deems benign (warp-synchronous code, say); they are counted apart, not failed on.

@@ -36,18 +36,69 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from krung.judge.candidate import Candidate
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.problem import case_label
-from krung.judge.rungs.profile import ncu as profile
-from krung.judge.rungs.profile.case import choose_case
+from krung.judge.rungs.spec import TABLES, Figure, RungSpec
 from krung.protocol import tree
 from krung.protocol.errors import RungFailed
 
-NEEDS = ("correctness",)
+if TYPE_CHECKING:  # imported where used (ncu's module too): the host imports this for SPEC
+    from krung.judge.candidate import Candidate
+
 FOLDER = "artifacts/profile"
+SPEC = RungSpec(
+    "profile", order=80, needs=("correctness",), on_request=True, gpu_only=True,
+    exclusive_gpu=True,
+    checks="Nsight Compute over the version's kernels, on the bench case furthest from the "
+           "roofline, within KRUNG_PROFILE_TIMEOUT (docs/rungs-profile.md); skipped where "
+           "there is no GPU or no ncu, a clear failure where ncu may not read the counters",
+    rows="per_kernel", per="kernel", row_label=("kernel",),
+    figures=(
+        Figure("case", "", "the bench case profiled", "text"),
+        Figure("case_chosen_by", "", "the rule that chose it", "text"),
+        Figure("case_pct_of_roofline", "%", "its % of the roofline, where that chose it"),
+        Figure("kernels", "", "the kernels profiled", "count"),
+        Figure("launches_profiled", "", "the launches profiled", "count"),
+        Figure("sections", "", "ncu's section set: fast or full (KRUNG_PROFILE_SET)", "text"),
+        Figure("clock_control", "", "ncu's --clock-control (KRUNG_PROFILE_CLOCK_CONTROL)",
+               "text"),
+        Figure("report", "", "the .ncu-rep, in the run's folder", "text"),
+        Figure("duration_us", "us", "the profiled launches' GPU time, in all"),
+        Figure("limit_s", "s", "the rung's time limit (KRUNG_PROFILE_TIMEOUT)"),
+        Figure("steps_s", "s", "the seconds each step took: start, load, inputs, call, report, "
+               "read", "map"),
+        Figure("note", "", "why there is no kernel to summarise", "text",
+               when="when ncu saw none"),
+        Figure("kernel", "", "the kernel's name", "text", per_case=True, required=True),
+        Figure("duration_ns", "ns", "its GPU time (the first launch)", per_case=True,
+               shown=TABLES),
+        Figure("compute_pct", "%", "SM throughput, % of peak", per_case=True, shown=TABLES),
+        Figure("memory_pct", "%", "memory throughput, % of peak", per_case=True, shown=TABLES),
+        Figure("dram_pct", "%", "DRAM throughput, % of peak", per_case=True),
+        Figure("dram_read_bytes", "B", "bytes read from DRAM", per_case=True, shown=TABLES),
+        Figure("dram_write_bytes", "B", "bytes written to DRAM", per_case=True, shown=TABLES),
+        Figure("achieved_occupancy_pct", "%", "the warps active, % of the SM's", per_case=True,
+               shown=TABLES),
+        Figure("theoretical_occupancy_pct", "%", "the most warps its resources allow, % of the "
+               "SM's", per_case=True, shown=TABLES),
+        Figure("registers", "", "registers per thread", "count", per_case=True),
+        Figure("block_size", "", "threads per block", "count", per_case=True),
+        Figure("grid_size", "", "blocks in the grid", "count", per_case=True),
+        Figure("static_smem_bytes", "B", "static shared memory per block", "count",
+               per_case=True),
+        Figure("dynamic_smem_bytes", "B", "dynamic shared memory per block", "count",
+               per_case=True),
+        Figure("sm_mhz", "MHz", "the SM clock during the launch", per_case=True),
+        Figure("top_stalls", "", "the top warp stall reasons, with cycles per issued "
+               "instruction", "list", per_case=True),
+        Figure("findings", "", "ncu's rule findings, the largest estimated speedup first",
+               "list", per_case=True),
+        Figure("launches", "", "the launches of this kernel profiled", "count",
+               per_case=True),
+    ),
+    notes="On ProfileTimeout the figures are `limit_s` and `steps_s`.")
 LOG_NAME = "worker-profile.log"
 
 
@@ -89,6 +140,10 @@ class Clock:
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    from krung.judge.candidate import Candidate
+    from krung.judge.rungs.profile import ncu as profile
+    from krung.judge.rungs.profile.case import choose_case
+
     if ctx.device != "cuda":
         raise RungSkipped("profiling needs a GPU (Nsight Compute reads its counters)")
     ncu = profile.find_ncu()
@@ -152,6 +207,8 @@ def _profiled_call(ctx: Context, candidate: Candidate, case: dict, label: str,
                    clock: Clock) -> dict[str, Any]:
     """Start the worker under ncu, load the version, and call it inside the NVTX range;
     every wait is bounded by what is left of the rung's limit."""
+    from krung.judge.rungs.profile.ncu import NVTX_RANGE
+
     with clock.timing("start", "ncu was starting the worker"):
         ctx.progress("profile", f"ncu starting the worker (limit {clock.limit_s:g} s)")
         candidate.hello(clock.left())
@@ -168,13 +225,15 @@ def _profiled_call(ctx: Context, candidate: Candidate, case: dict, label: str,
         raise clock.timed_out(candidate)
     with clock.timing("call", "the profiled call was running"):
         ctx.progress("profile", f"ncu on case {label}")
-        return candidate.request({"op": "profile", "inputs": cpu, "range": profile.NVTX_RANGE,
+        return candidate.request({"op": "profile", "inputs": cpu, "range": NVTX_RANGE,
                                   "warmup": 1, "calls": 1},
                                  clock.left(), f"the profiled call on case {label}")
 
 
 def _read(ncu: str, report: Any, clock: Clock) -> list[dict[str, Any]]:
     """The report's per-launch summaries, read within what is left of the limit."""
+    from krung.judge.rungs.profile import ncu as profile
+
     if not clock.left():
         raise clock.timed_out()
     try:
@@ -212,11 +271,13 @@ def _free_cached_gpu_memory() -> None:
 
 
 def _check_permission(log_path: Any, cause: Exception | None = None) -> None:
+    from krung.judge.rungs.profile.ncu import PERMISSION_ERROR, PERMISSION_HINT
+
     try:
         log = log_path.read_text(errors="replace")
     except OSError:
         return
-    if profile.PERMISSION_ERROR in log:
-        line = next(t for t in log.splitlines() if profile.PERMISSION_ERROR in t)
+    if PERMISSION_ERROR in log:
+        line = next(t for t in log.splitlines() if PERMISSION_ERROR in t)
         raise RungFailed("ProfilerPermission", f"ncu may not read the GPU's performance "
-                         f"counters: {line.strip()}", profile.PERMISSION_HINT) from cause
+                         f"counters: {line.strip()}", PERMISSION_HINT) from cause

@@ -30,14 +30,102 @@ from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.problem import case_label
-from krung.judge.rungs.roofline import limiter, pipes
 from krung.judge.rungs.roofline import model as roofline
+from krung.judge.rungs.roofline import pipes
 from krung.judge.rungs.roofline.calibration import beside_datasheet, find, key_of
 from krung.judge.rungs.roofline.model import Ceilings, ComputeCeiling, Point, dtype_ceiling
 from krung.judge.rungs.roofline.next_step import next_step
+from krung.judge.rungs.spec import HTML, NOTE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
 
-NEEDS = ("benchmark",)
+_PLACED = "for a placed case"
+SPEC = RungSpec(
+    "roofline", order=90, needs=("benchmark",), gpu_only=True, exclusive_gpu=True,
+    checks="each bench case's median time against the GPU's measured ceilings "
+           "(docs/roofline.md): the binding ceiling (DRAM bandwidth, or the compute ceiling "
+           "the kernels' SASS can reach), the % of it reached, and the likely limiter; "
+           "skipped on a CPU, without failing the run; a time faster than the ceilings allow "
+           "fails as `SuspectTime`",
+    per="bench case",
+    figures=(
+        Figure("verdict", "", "at-roofline: every bench case reaches the threshold; below; "
+               "suspect: a case is faster than the ceilings allow", "text",
+               choices=("at-roofline", "below", "suspect")),
+        Figure("pct_of_roofline", "%", "the geometric mean over the bench cases of the % of "
+               "the binding ceiling reached"),
+        Figure("at_roofline", "", "the cases at the roofline, of those placed: `n/m`", "text"),
+        Figure("threshold_pct", "%", "the % of the binding ceiling that counts as at the "
+               "roofline (KRUNG_ROOFLINE_THRESHOLD)"),
+        Figure("worst_case", "", "the case furthest from its roofline", "text"),
+        Figure("limiter", "", "the likely limiter of the furthest case (of the suspect one, "
+               "if any)", "text"),
+        Figure("compute_ceilings", "", "the compute ceilings the cases were placed under, "
+               "each with what chose it and its cases", "list"),
+        Figure("ceilings_from", "", "where the ceilings come from: measured now, or kept in "
+               "the store", "text"),
+        Figure("ceilings", "", "the ceilings, measured and the datasheet's, with the one "
+               "used", "list"),
+        Figure("next_step", "", "the number to beat on the furthest case and the first thing "
+               "to try", "text"),
+        Figure("case", "", "the bench case", "text", per_case=True, required=True),
+        Figure("precision", "", "the precision its work runs in (fp32, tf32, bf16, ...)",
+               "text", per_case=True, shown=(HTML,)),
+        Figure("flops", "FLOP", "the problem's flops(case)", per_case=True),
+        Figure("bytes_moved", "B", "the problem's bytes_moved(case)", per_case=True),
+        Figure("median_us", "us", "the benchmark's median time", per_case=True, shown=TABLES),
+        Figure("roofline_us", "us", "the least time the ceilings allow", per_case=True,
+               shown=TABLES, when=_PLACED),
+        Figure("tflops", "TFLOP/s", "the achieved FLOP rate", per_case=True, shown=TABLES,
+               when=_PLACED),
+        Figure("gbps", "GB/s", "the achieved rate of the bytes moved", per_case=True,
+               shown=TABLES, when=_PLACED),
+        Figure("intensity", "FLOP/B", "the arithmetic intensity: flops / bytes moved",
+               per_case=True, shown=TABLES, when=_PLACED),
+        Figure("ridge", "FLOP/B", "the intensity where the compute and DRAM ceilings meet",
+               per_case=True, when=_PLACED),
+        Figure("bound", "", "which ceiling binds at this intensity", "text", per_case=True,
+               shown=TABLES, choices=("memory", "compute"), when=_PLACED),
+        Figure("ceiling", "", "the binding ceiling: dram, or the compute ceiling's name",
+               "text", per_case=True, shown=TABLES, when=_PLACED),
+        Figure("pct", "%", "the % of the binding ceiling reached: roofline_us / median_us",
+               per_case=True, shown=TABLES, when=_PLACED),
+        Figure("verdict", "", "at-roofline, below or suspect; null where the case could not "
+               "be placed", "text", per_case=True, required=True, shown=TABLES,
+               choices=("at-roofline", "below", "suspect")),
+        Figure("limiter", "", "the likely limiter, in words (or why the case was not placed)",
+               "text", per_case=True, shown=(NOTE,)),
+        Figure("ceiling_label", "", "the binding ceiling, for people", "text", per_case=True,
+               when=_PLACED),
+        Figure("compute_ceiling", "", "the compute ceiling the case was placed under: a "
+               "precision's peak or a pipe", "text", per_case=True, when=_PLACED),
+        Figure("compute_label", "", "that ceiling, for people", "text", per_case=True,
+               when=_PLACED),
+        Figure("compute_per_s", "/s", "that ceiling's rate: FLOP/s, or instructions/s of a "
+               "pipe", per_case=True, when=_PLACED),
+        Figure("compute_bytes_per_s", "B/s", "a pipe's ceiling as the bandwidth its "
+               "instruction stream allows", per_case=True, when=_PLACED),
+        Figure("ceiling_chosen_by", "", "what chose the compute ceiling: the SASS, or the "
+               "dtype", "text", per_case=True, when=_PLACED),
+        Figure("ceiling_assumed", "", "the compute ceiling is the dtype's, assumed (no SASS "
+               "chose it)", "flag", per_case=True, when=_PLACED),
+        Figure("headroom", "x", "median_us / roofline_us: how far from the roofline",
+               per_case=True, when=_PLACED),
+        Figure("median_us_at_max_clock", "us", "the time at the GPU's top SM clock: the "
+               "compute share of the roofline time scaled by the clock it was timed at",
+               per_case=True, when=_PLACED),
+        Figure("clock_scaling", "", "how the time was scaled to the top clock", "text",
+               per_case=True, when="when it was timed below the top clock"),
+        Figure("kernel", "", "the version's kernels (the profiled one where there is a "
+               "profile)", "text", per_case=True, when=_PLACED),
+        Figure("profiled", "", "whether the profile's counters for this case were read",
+               "flag", per_case=True, when=_PLACED),
+        Figure("limiter_rules", "", "the limiter rules that fired, in table order", "list",
+               per_case=True, when=_PLACED),
+        Figure("first_try", "", "the first thing to try", "text", per_case=True,
+               when=_PLACED),
+        Figure("why", "", "why the time is suspect", "text", per_case=True,
+               when="for a suspect case"),
+    ))
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -104,6 +192,8 @@ def case_figures(bench_row: dict[str, Any], precision: str, flops: float, moved:
                  no_profile_why: str | None = None) -> dict[str, Any]:
     """One bench case's row: its work, its place under the roofline (against `compute`, by
     default the dtype's peak), its time at the top clock, and its likely limiter."""
+    from krung.judge.rungs.roofline import limiter  # the rules: not needed to read SPEC
+
     label = bench_row["case"]
     row: dict[str, Any] = {"case": label, "precision": precision, "flops": flops,
                            "bytes_moved": moved, "median_us": bench_row["median_us"]}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from krung.host import templates
 from krung.host.context import write_index
-from krung.host.scaffold import PROBLEM as TEMPLATE_PROBLEM
+from krung.host.scaffold import template_problem
 from krung.judge.ladder import RUNGS
 from krung.judge.problem import (
     NATIVE,
@@ -73,7 +73,7 @@ def init_workspace(directory: str | Path, *, problem: str | None = None,
         title = name if name.isidentifier() else "my_kernel"
         problem_dir = target / problem_folder(title)
         problem_dir.mkdir(parents=True)
-        (problem_dir / PROBLEM_FILE).write_text(TEMPLATE_PROBLEM.format(name=title))
+        (problem_dir / PROBLEM_FILE).write_text(template_problem(title))
         source = "the template (SiLU; edit it into your operation)"
     else:
         title = source_dir.name

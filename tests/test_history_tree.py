@@ -152,9 +152,12 @@ def test_real_runs_link_to_the_previous_run_of_the_same_file(krung, scale_proble
     assert "hint: name a run of elsewhere" in crossed.stderr
 
 
-def _unfinished(store: Store, solution: str, started_at: str) -> krung.Run:
-    """A run the store began and never finished: in flight, or killed."""
-    run = krung.Run(run_id="", problem="scale", problem_path="/p", solution=solution,
+def _unfinished(store: Store, like: str, started_at: str) -> krung.Run:
+    """A run the store began and never finished (in flight, or killed), of the problem and
+    version of the run `like`."""
+    done = store.get(like)
+    run = krung.Run(run_id="", problem=done.problem, problem_path=done.problem_path,
+                    solution=done.solution,
                     source_sha256="ab" * 32, source="def kernel(x):\n    return x\n",
                     started_at=started_at)
     store.begin(run, ["static", "correctness"])
@@ -172,8 +175,8 @@ def test_a_run_in_flight_is_running_and_never_an_implicit_parent(krung, scale_pr
     first = krung("run", scale_problem, good, "--rungs", rungs, "--json").json()
     db = Store(store)
     now = datetime.now(timezone.utc)
-    in_flight = _unfinished(db, str(good), (now - timedelta(minutes=3)).isoformat())
-    killed = _unfinished(db, str(good), (now - timedelta(days=2)).isoformat())
+    in_flight = _unfinished(db, first["run_id"], (now - timedelta(minutes=3)).isoformat())
+    killed = _unfinished(db, first["run_id"], (now - timedelta(days=2)).isoformat())
     # the parent lookup skips both: the newest finished run of the file is the first
     assert db.previous_run("scale", str(good)) == first["run_id"]
     db.close()

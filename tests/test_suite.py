@@ -36,7 +36,8 @@ def test_problems_and_solutions_are_matched_by_name(tmp_path):
     pairs, without_solution, without_problem = find_pairs(KERNELBENCH, solutions)
     assert [(p.name, s.name) for p, s in pairs] == [("1_ReLU.py", "1_ReLU.py"),
                                                    ("4_LayerNorm.py", "4_LayerNorm.py")]
-    assert without_solution == ["2_RowSoftmax", "3_Linear"]
+    assert without_solution == ["2_RowSoftmax", "3_Linear", "5_CrossEntropy", "6_MatmulDropout",
+                                "7_PairedRows"]
     assert without_problem == ["99_Nothing"]
 
 
@@ -89,7 +90,7 @@ def test_gpumode_suite_with_solutions_named_by_directory(krung, tmp_path):
     verdicts = {p["problem"]: (p["format"], p["correct"]) for p in suite["problems"]}
     assert verdicts == {"matmul_py": ("gpumode", True), "rowsoftmax_py": ("gpumode", False)}
     assert suite["scores"]["correctness"] == 0.5
-    assert suite["without_solution"] == ["vectoradd_py"]
+    assert suite["without_solution"] == ["dither_py", "prefixsum_py", "vectoradd_py"]
 
 
 def test_a_suite_without_matches_is_a_usage_error(krung, tmp_path):

@@ -41,6 +41,12 @@ def check_behaviour(problem: Problem, device: str) -> None:
         again = problem.make_inputs(dict(case), 1234, device)
         other = problem.make_inputs(dict(case), 4321, device)
     except Exception as exc:
+        if device == "cpu" and _needs_cuda(exc):  # GPU MODE's problems make their data there
+            raise ProblemError(str(problem.path), [(
+                f"{name} makes its data on CUDA, and this machine has no GPU in use (on case "
+                f"{case} it raised {type(exc).__name__}: {_first_line(exc)})",
+                "the problem hard-codes `cuda`: run it on a machine with an NVIDIA GPU "
+                "(--device cuda)")]) from exc
         raise ProblemError(str(problem.path), [(
             f"{name} on case {case} ({device}) raised {type(exc).__name__}: {exc}",
             f"make {name} work for every declared case on this device")]) from exc
@@ -75,6 +81,19 @@ def check_behaviour(problem: Problem, device: str) -> None:
                         "make the reference run on every declared case"))
     if defects:
         raise ProblemError(str(problem.path), defects)
+
+
+def _needs_cuda(exc: Exception) -> bool:
+    """Whether an exception says CUDA was needed (torch's errors on a machine, or a build,
+    without it)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(words in text for words in (
+        "CUDA", "cuda", "Torch not compiled with CUDA enabled", "no NVIDIA driver"))
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else ""
 
 
 def _equal(a: Any, b: Any) -> bool:

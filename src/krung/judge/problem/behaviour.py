@@ -59,6 +59,15 @@ def check_behaviour(problem: Problem, device: str) -> None:
     if not tree.leaves(first):
         raise ProblemError(str(problem.path), [(
             f"{name} returned no tensors", "return the inputs as tensors")])
+    odd = unsendable(tuple(first))
+    if odd:
+        where, kind = odd
+        raise ProblemError(str(problem.path), [(
+            f"{name} returns a {kind} (at {where}): krung sends the data to the version's "
+            "process as tensors and plain values (numbers, strings, tuples, lists, dicts), "
+            "never pickled, and cannot send a Python object of the problem's own class",
+            "krung cannot run this problem as it is; make the data tensors and plain values "
+            "(a config's fields in a dict, a cache's tensors in a tuple)")])
     buffers = problem.writable_leaves(tuple(first))
 
     def drawn(inputs: tuple) -> list:
@@ -81,6 +90,26 @@ def check_behaviour(problem: Problem, device: str) -> None:
                         "make the reference run on every declared case"))
     if defects:
         raise ProblemError(str(problem.path), defects)
+
+
+def unsendable(value: Any, where: str = "") -> tuple[str, str] | None:
+    """The first part of the inputs the channel cannot carry, as (where, its type)."""
+    import torch
+
+    if isinstance(value, torch.Tensor) or value is None or isinstance(
+            value, (bool, int, float, str)):
+        return None
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)):
+        items = list(enumerate(value))
+    else:
+        return where or "the top", type(value).__qualname__
+    for key, item in items:
+        found = unsendable(item, f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
 
 
 def _needs_cuda(exc: Exception) -> bool:

@@ -193,6 +193,53 @@ def test_broken_gpumode_problems_name_their_defects(krung, tmp_path, version):
     assert "ranking_by 'best' is not one of last, mean, geom" in result.stderr
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the problem runs")
+def test_a_problem_that_hard_codes_cuda_says_so_on_a_cpu(krung, tmp_path, version):
+    """GPU MODE's own problems make their data on `cuda`: on a CPU the error says that, and
+    what to do, rather than torch's word about its CUDA library."""
+    shutil.copytree(GPUMODE, tmp_path / "gm")
+    reference = tmp_path / "gm" / "vectoradd_py" / "reference.py"
+    reference.write_text(reference.read_text().replace("device()", '"cuda"'))
+    result = krung("run", tmp_path / "gm" / "vectoradd_py",
+                   GPUMODE / "vectoradd_py" / "submission.py", "--device", "cpu")
+    assert result.code == 2
+    assert "generate_input(**case) makes its data on CUDA, and this machine has no GPU" in \
+        result.stderr
+    assert "the problem hard-codes `cuda`: run it on a machine with an NVIDIA GPU" in \
+        result.stderr
+
+
+def test_a_multi_gpu_problem_is_named_as_one(krung, tmp_path, version):
+    folder = tmp_path / "gm" / "allgather_py"
+    shutil.copytree(GPUMODE / "vectoradd_py", folder)
+    shutil.copy(GPUMODE / "utils.py", tmp_path / "gm" / "utils.py")
+    reference = folder / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "def generate_input(size: int, seed: int)",
+        "def generate_input(rank: int, world_size: int, size: int, seed: int)"))
+    result = krung("run", folder, version("v", "def custom_kernel(data):\n    return data\n"))
+    assert result.code == 2
+    assert "generate_input takes a `rank`: a multi-GPU problem" in result.stderr
+
+
+def test_data_holding_objects_of_the_problems_own_class_is_explained(krung, tmp_path, version):
+    """As amd/mla-decode: the data holds a dataclass of weights and an nn.Module cache. They
+    cannot cross to the version's process without pickle; the error says so (it was an
+    InternalError about JSON before)."""
+    folder = tmp_path / "gm" / "configured_py"
+    shutil.copytree(GPUMODE / "vectoradd_py", folder)
+    shutil.copy(GPUMODE / "utils.py", tmp_path / "gm" / "utils.py")
+    reference = folder / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "    return a, b, c\n", "    return Config(size), a, b, c\n").replace(
+        "    a, b, c = data\n", "    _, a, b, c = data\n") + (
+        "\n\nclass Config:\n    def __init__(self, size):\n        self.size = size\n"))
+    result = krung("run", folder, version("v", "def custom_kernel(data):\n    return data[3]\n"))
+    assert result.code == 2, result.stdout + result.stderr
+    assert "generate_input(**case) returns a Config (at [0][0])" in result.stderr
+    assert "never pickled" in result.stderr
+
+
 def test_unseen_sizes_keep_the_power_of_two_the_declared_ones_share():
     declared = [{"m": 8, "n": 16, "k": 128, "heads": 4}, {"m": 40, "n": 24, "k": 256, "heads": 4},
                 {"m": 64, "n": 72, "k": 512, "heads": 4}]

@@ -192,6 +192,19 @@ def test_a_reference_that_disagrees_with_itself_is_named_nondeterministic(krung,
     assert rungs["determinism"]["status"] == "skipped"
 
 
+def test_a_reference_drawing_random_numbers_skips_the_determinism_check(krung, tmp_path):
+    """As level-3 35_LSTM: forward draws its initial state with torch.randn. Its outputs may
+    agree bit for bit, but a version that draws too need not be reproducible: determinism is
+    skipped, saying why (it failed the honest baseline before)."""
+    problem = KERNELBENCH / "8_RandomState.py"
+    result = krung("run", problem, honest(problem, tmp_path), "--rungs",
+                   CHECKS + ",determinism", "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    determinism = result.json()["rungs"][4]
+    assert determinism["status"] == "skipped"
+    assert "every call draws from torch's global random generator" in determinism["reason"]
+
+
 def test_scale_runs_a_problem_at_smaller_sizes_under_its_own_name(krung, tmp_path):
     """KRUNG_SCALE (the CLI's --scale) scales the module-level size constants, the derived
     ones with them, and names the problem so its runs keep their own history."""

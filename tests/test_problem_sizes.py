@@ -8,7 +8,7 @@ import random
 import pytest
 
 from krung.judge.problem.native import import_file
-from krung.judge.problem.scale import scale_cases, scaled_size, scaled_value
+from krung.judge.problem.scale import case_changes, scale_cases, scaled_size, scaled_value
 from krung.judge.problem.sizes import Constants, names_read
 from tests.conftest import write
 
@@ -98,3 +98,11 @@ def test_scaled_values_and_cases():
     # 1023, 1024 and 1025 all become 102: one case
     assert scale_cases(cases, 0.1, {"size": 1}) == [{"size": 102, "seed": 1},
                                                      {"size": 26214, "seed": 1}]
+
+
+def test_the_record_of_scaled_cases_names_only_what_changed():
+    before = [{"n": 32, "cond": 0, "batch": 640}, {"n": 4096, "cond": 4, "batch": 1}]
+    after = scale_cases(before, 0.1, {"n": 32, "batch": 1})
+    assert after == [{"n": 32, "cond": 0, "batch": 64}, {"n": 416, "cond": 4, "batch": 1}]
+    assert case_changes(before, after) == {"n": "32..4096 -> 32..416",
+                                           "batch": "1..640 -> 1..64"}

@@ -41,6 +41,12 @@ def check_behaviour(problem: Problem, device: str) -> None:
         again = problem.make_inputs(dict(case), 1234, device)
         other = problem.make_inputs(dict(case), 4321, device)
     except Exception as exc:
+        if device == "cpu" and _needs_cuda(exc):  # GPU MODE's problems make their data there
+            raise ProblemError(str(problem.path), [(
+                f"{name} makes its data on CUDA, and this machine has no GPU in use (on case "
+                f"{case} it raised {type(exc).__name__}: {_first_line(exc)})",
+                "the problem hard-codes `cuda`: run it on a machine with an NVIDIA GPU "
+                "(--device cuda)")]) from exc
         raise ProblemError(str(problem.path), [(
             f"{name} on case {case} ({device}) raised {type(exc).__name__}: {exc}",
             f"make {name} work for every declared case on this device")]) from exc
@@ -53,6 +59,15 @@ def check_behaviour(problem: Problem, device: str) -> None:
     if not tree.leaves(first):
         raise ProblemError(str(problem.path), [(
             f"{name} returned no tensors", "return the inputs as tensors")])
+    odd = unsendable(tuple(first))
+    if odd:
+        where, kind = odd
+        raise ProblemError(str(problem.path), [(
+            f"{name} returns a {kind} (at {where}): krung sends the data to the version's "
+            "process as tensors and plain values (numbers, strings, tuples, lists, dicts), "
+            "never pickled, and cannot send a Python object of the problem's own class",
+            "krung cannot run this problem as it is; make the data tensors and plain values "
+            "(a config's fields in a dict, a cache's tensors in a tuple)")])
     buffers = problem.writable_leaves(tuple(first))
 
     def drawn(inputs: tuple) -> list:
@@ -75,6 +90,39 @@ def check_behaviour(problem: Problem, device: str) -> None:
                         "make the reference run on every declared case"))
     if defects:
         raise ProblemError(str(problem.path), defects)
+
+
+def unsendable(value: Any, where: str = "") -> tuple[str, str] | None:
+    """The first part of the inputs the channel cannot carry, as (where, its type)."""
+    import torch
+
+    if isinstance(value, torch.Tensor) or value is None or isinstance(
+            value, (bool, int, float, str)):
+        return None
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)):
+        items = list(enumerate(value))
+    else:
+        return where or "the top", type(value).__qualname__
+    for key, item in items:
+        found = unsendable(item, f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
+
+
+def _needs_cuda(exc: Exception) -> bool:
+    """Whether an exception says CUDA was needed (torch's errors on a machine, or a build,
+    without it)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(words in text for words in (
+        "CUDA", "cuda", "Torch not compiled with CUDA enabled", "no NVIDIA driver"))
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else ""
 
 
 def _equal(a: Any, b: Any) -> bool:

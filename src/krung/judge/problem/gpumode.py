@@ -73,6 +73,8 @@ def load_gpumode(path: Path) -> Problem:
                                  "a bool or (bool, message)"),
     ) if not callable(getattr(module, name, None))]
     defects += _check_task(task)
+    if not defects:
+        defects += _distributed(module)
     if defects:
         raise ProblemError(str(path), defects)
     source = GpuModeSource(module)
@@ -92,6 +94,19 @@ def load_gpumode(path: Path) -> Problem:
         timeouts={_TIMEOUTS[k]: float(task[k]) for k in _TIMEOUTS if _positive(task.get(k))},
         facts={"ranking_by": ranking},
     )
+
+
+def _distributed(module: ModuleType) -> list[tuple[str, str]]:
+    """A problem whose data is made per process of a multi-GPU job (amd_distributed's
+    `generate_input(rank, world_size, ...)`) is not one krung runs: say so."""
+    parameters = inspect.signature(module.generate_input).parameters
+    rank = parameters.get("rank")
+    if rank is None or rank.default is not inspect.Parameter.empty:
+        return []
+    return [("generate_input takes a `rank`: a multi-GPU problem whose data and reference "
+             "are made per process of a distributed job",
+             "krung evaluates single-process problems; run this one with GPU MODE's own "
+             "distributed evaluator")]
 
 
 def read_task(path: Path) -> dict[str, Any]:

@@ -71,11 +71,11 @@ def case_changes(before: list[dict], after: list[dict]) -> dict[str, str]:
     changed: dict[str, list[list[int]]] = {}
     for old in before:
         for key, value in old.items():
-            if _is_size(value):
+            if isinstance(value, int) and not isinstance(value, bool):
                 changed.setdefault(key, [[], []])[0].append(value)
     for new in after:
         for key, value in new.items():
-            if key in changed:
+            if key in changed and isinstance(value, int):
                 changed[key][1].append(value)
     return {key: f"{_span(b)} -> {_span(a)}" for key, (b, a) in changed.items()
             if sorted(set(b)) != sorted(set(a))}

@@ -161,24 +161,17 @@ def _said(exc: Exception) -> str:
 
 
 def _nondeterminism(ctx: Context, failures: list) -> str | None:
-    """Why no version can match, when the reference itself gives another answer on the same
-    inputs (dropout in training mode, sampling): the reference run twice on the first
-    failing call's inputs, and where its two answers differ."""
-    from krung.judge.metrics import bit_differences
+    """Why no version can match, when the reference itself is nondeterministic (dropout in
+    training mode, sampling): checked on the first failing call's inputs."""
+    from krung.judge.rungs.determinism import reference_nondeterminism
 
     _, rep, _, case, index = failures[0]
     try:
         inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
-        first, again = ctx.expected(inputs), ctx.expected(inputs)
+        why = reference_nondeterminism(ctx, inputs)[1]
     except Exception:  # it ran on these inputs before; whatever this is, it is not the answer
         return None
-    for out, (a, b) in enumerate(zip(first, again, strict=True)):
-        region = bit_differences(a, b)
-        if region.count:
-            return (f"the reference itself is nondeterministic: run twice on the same inputs, "
-                    f"its output {out} differs in {region.count}/{a.numel()} elements "
-                    f"({region.describe()})")
-    return None
+    return f"the reference itself is nondeterministic: {why}" if why else None
 
 
 def _merge(row: dict[str, Any], figures: dict[str, Any]) -> None:

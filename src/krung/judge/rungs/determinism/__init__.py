@@ -1,8 +1,9 @@
 """determinism: the same inputs twice, with the output memory poisoned differently each time,
 must give the same bits. A difference is a race (an order of operations that changes between
 runs) or a read of memory nothing wrote (the poison shows through); the rung says where.
-Where the reference itself gives other bits on the same inputs (dropout in training mode),
-the problem is nondeterministic by design and the rung is skipped, saying so.
+Where the reference itself gives other bits on the same inputs, or draws from torch's global
+generator on every call (dropout in training mode), the problem is nondeterministic by design
+and the rung is skipped, saying so.
 
 On a GPU with `--sanitize`, the version also runs once under compute-sanitizer (memcheck,
 racecheck, initcheck) and its findings are the rung's result.
@@ -51,16 +52,10 @@ def run(ctx: Context) -> dict[str, Any]:
     case = max(ctx.problem.test_cases, key=case_size)  # races show best on the largest case
     label = case_label(case)
     inputs = ctx.make_inputs(case, ctx.seed_for("determinism"))
-    expected = ctx.expected(inputs)
-    again = ctx.expected(inputs)
-    for index, (a, b) in enumerate(zip(expected, again, strict=True)):
-        region = bit_differences(a, b)
-        if region.count:  # then a version need not be reproducible either
-            raise RungSkipped(
-                f"the reference itself is nondeterministic by design: run twice on the same "
-                f"inputs (case {label}), its output {index} differs in {region.count}/"
-                f"{a.numel()} elements (dropout in training mode, random sampling, or "
-                "atomics in its library calls)")
+    expected, why = reference_nondeterminism(ctx, inputs)
+    if why:  # then a version need not be reproducible either
+        raise RungSkipped(f"the reference itself is nondeterministic by design (case {label}): "
+                          f"{why}")
     first = ctx.checked_call(inputs, expected, f"case {label}, first run",
                              poison_byte=NAN_BYTE)["outputs"]
     second = ctx.checked_call(inputs, expected, f"case {label}, second run",
@@ -81,6 +76,43 @@ def run(ctx: Context) -> dict[str, Any]:
     if ctx.settings.sanitize:
         figures.update(_sanitize(ctx, case))
     return figures
+
+
+def reference_nondeterminism(ctx: Context, inputs: tuple) -> tuple[list, str | None]:
+    """The reference's outputs on `inputs`, and why it is nondeterministic by design (None
+    when it is not seen to be): its two answers on the same inputs differ in bits (atomics,
+    sampling), or each call draws from torch's global generator (dropout in training mode,
+    an LSTM's `torch.randn` initial state), which a reference that seeds itself does not."""
+    import torch
+
+    from krung.judge.metrics import bit_differences
+
+    def state() -> list:
+        states = [torch.get_rng_state()]
+        if ctx.device == "cuda":
+            states.append(torch.cuda.get_rng_state())
+        return states
+
+    before = state()
+    first = ctx.expected(inputs)
+    between = state()
+    again = ctx.expected(inputs)
+    after = state()
+    for index, (a, b) in enumerate(zip(first, again, strict=True)):
+        region = bit_differences(a, b)
+        if region.count:
+            return first, (f"run twice on the same inputs, its output {index} differs in "
+                           f"{region.count}/{a.numel()} elements ({region.describe()})")
+    if _moved(before, between) and _moved(between, after):
+        return first, ("every call draws from torch's global random generator (dropout in "
+                       "training mode, torch.randn in forward)")
+    return first, None
+
+
+def _moved(old: list, new: list) -> bool:
+    import torch
+
+    return not all(torch.equal(a, b) for a, b in zip(old, new, strict=True))
 
 
 def _sanitize(ctx: Context, case: dict) -> dict[str, Any]:

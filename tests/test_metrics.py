@@ -105,8 +105,10 @@ def _whole_tensor(out, ref, tol):
     a, b = out.to(torch.float64), ref.to(torch.float64)
     diff = (a - b).abs()
     ref_finite = b.isfinite()
+    ref_rms = math.sqrt(float(b[ref_finite].square().mean()))
+    atol = tol.atol * min(1.0, ref_rms)  # scaled to the reference's RMS below 1
     bad = ref_finite & ~a.isfinite()
-    close = ((diff <= tol.atol + tol.rtol * b.abs()) | (a.isnan() & b.isnan())
+    close = ((diff <= atol + tol.rtol * b.abs()) | (a.isnan() & b.isnan())
              | (a.isinf() & b.isinf() & (a == b)))
     mismatch = ~close | bad
     finite = ref_finite & a.isfinite()
@@ -256,3 +258,50 @@ def test_comparing_a_large_output_takes_at_most_twice_its_size(tmp_path):
     assert done.returncode == 0, done.stderr
     growth = float(done.stdout.strip())
     assert growth <= 2.0, f"peak memory grew by {growth:.2f}x the output's size"
+
+
+# The atol scales with the reference's RMS below 1 (krung.judge.tolerance): an absolute atol
+# alone passes zeros, or a constant, on outputs whose values all lie below it.
+
+def test_a_constant_passes_no_wide_softmax_and_an_honest_one_does(rng):
+    x = torch.rand(4, 100_000, generator=rng)  # as KernelBench's 23_Softmax draws them
+    ref = torch.softmax(x, dim=-1)
+    assert float(ref.max()) < 1e-4  # every value below the atol
+    constant = torch.full_like(ref, 1 / ref.shape[-1])
+    for cheat in (constant, torch.zeros_like(ref)):
+        result = compare(cheat, ref, DEFAULTS["float32"])
+        assert not result.passed
+        assert "x the reference's RMS" in result.reason
+        assert result.figures["atol"] < 1e-4 * 0.1
+        # the bare absolute atol would have passed it
+        assert compare(cheat, ref, Tolerance(atol=1e-4, rtol=1e-4, scale_atol=False)).passed
+    e = torch.exp(x.double() - x.double().amax(-1, keepdim=True))  # another order, in float64
+    honest = (e / e.sum(-1, keepdim=True)).float()
+    assert compare(honest, ref, DEFAULTS["float32"]).passed
+
+
+def test_zeros_fail_on_small_outputs_and_honest_rounding_passes_at_any_scale(rng):
+    for scale in (1e-3, 1e-6, 1e-12):
+        exact = scale * torch.randn(300, 70, generator=rng, dtype=torch.float64)
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            if dtype == torch.float16 and scale < 1e-3:
+                continue  # below float16's normal range: no honest rounding to compare
+            ref = exact.to(dtype)
+            policy = DEFAULTS[str(dtype).removeprefix("torch.")]
+            wobble = torch.rand(exact.shape, generator=rng, dtype=torch.float64) - 0.5
+            # an honest version: off by up to a unit in the last place
+            rounded = (exact * (1 + torch.finfo(dtype).eps * wobble)).to(dtype)
+            assert compare(rounded, ref, policy).passed, (scale, dtype)
+            assert not compare(torch.zeros_like(ref), ref, policy).passed, (scale, dtype)
+
+
+def test_the_atol_is_the_policys_above_rms_one_and_a_zero_reference_needs_zeros(rng):
+    ref = 10 * torch.randn(1000, generator=rng)
+    assert compare(ref, ref, DEFAULTS["float32"]).figures["atol"] == 1e-4
+    shifted = ref + 0.9e-4  # within the policy's own atol: as before
+    assert compare(shifted, ref, DEFAULTS["float32"]).passed
+    zero = torch.zeros(1000)
+    assert compare(zero.clone(), zero, DEFAULTS["float32"]).passed
+    tiny = torch.full((1000,), torch.finfo(torch.float32).tiny / 2)  # a denormal: not zero
+    assert compare(tiny, zero, DEFAULTS["float32"]).passed
+    assert not compare(torch.full((1000,), 1e-30), zero, DEFAULTS["float32"]).passed

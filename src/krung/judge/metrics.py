@@ -1,8 +1,9 @@
 """Error metrics between a version's output and the reference's, computed in float64.
 
 `compare` gives every figure the correctness rung reports (max absolute and relative error,
-MSE, RMSE, PSNR, cosine similarity), where the mismatches are, and the verdict under a
-Tolerance. NaN or Inf where the reference is finite is always a mismatch.
+MSE, RMSE, PSNR, cosine similarity, the atol used), where the mismatches are, and the verdict
+under a Tolerance, whose atol scales with the reference's RMS below 1 (krung.judge.tolerance).
+NaN or Inf where the reference is finite is always a mismatch.
 
 The comparison streams over pieces of the outputs (`pieces`), so it never holds more than a
 bounded amount in float64: outputs of several GiB (KernelBench's level-1 ReLU, a 3-D
@@ -123,6 +124,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
         out, ref = torch.view_as_real(out.resolve_conj()), torch.view_as_real(ref.resolve_conj())
     if not ref.is_floating_point():
         return _compare_exact(out, ref)
+    atol, scaled_by = scaled_atol(ref, tol)
     sums = {"d2": 0.0, "ref2": 0.0, "out2": 0.0, "dot": 0.0}
     finite_count = nonfinite = 0
     max_abs = peak = 0.0
@@ -134,7 +136,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
         ref_finite = b.isfinite()
         out_finite = a.isfinite()
         bad_nonfinite = ref_finite & ~out_finite
-        close = ((diff <= tol.atol + tol.rtol * b.abs()) | (a.isnan() & b.isnan())
+        close = ((diff <= atol + tol.rtol * b.abs()) | (a.isnan() & b.isnan())
                  | (a.isinf() & b.isinf() & (a == b)))
         region.add(~close | bad_nonfinite, offset)
         nonfinite += int(bad_nonfinite.sum())
@@ -166,10 +168,14 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
         "mismatches": count,
         "nonfinite": nonfinite,
         "elements": ref.numel(),
+        "atol": atol,
     }
     reasons = []
     if count:
-        what = f"{count}/{ref.numel()} elements outside atol={tol.atol:g} rtol={tol.rtol:g}"
+        scaled = f" (the policy's {tol.atol:g} x the reference's RMS {scaled_by:.3g})" \
+            if scaled_by is not None else ""
+        what = (f"{count}/{ref.numel()} elements outside atol={atol:g}{scaled} "
+                f"rtol={tol.rtol:g}")
         if nonfinite:
             what += f" ({nonfinite} NaN/Inf where the reference is finite)"
         reasons.append(what)
@@ -181,6 +187,26 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
     if count:
         _locate(result, region, out, ref)
     return result
+
+
+def scaled_atol(ref: torch.Tensor, tol: Tolerance) -> tuple[float, float | None]:
+    """The atol an element is held to, and the reference's RMS where that scaled it: with
+    `scale_atol`, the policy's atol times the RMS of the reference's finite elements when
+    that is below 1, never below the dtype's smallest normal number (below it the dtype has
+    no relative precision left); a first pass over the reference, piece by piece."""
+    if not tol.scale_atol or tol.atol == 0:
+        return tol.atol, None
+    total = 0.0
+    count = 0
+    for piece in pieces(ref, piece_size(ref.numel())):
+        b = piece.to(torch.float64)
+        finite = b.isfinite()
+        count += int(finite.sum())
+        total += float(torch.where(finite, b, 0.0).square().sum())
+    rms = math.sqrt(total / count) if count else 0.0
+    if rms >= 1:
+        return tol.atol, None
+    return max(tol.atol * rms, torch.finfo(ref.dtype).tiny), rms
 
 
 def _max_relative(out: torch.Tensor, ref: torch.Tensor, floor: float) -> float:

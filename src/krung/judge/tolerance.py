@@ -1,8 +1,15 @@
 """The per-dtype correctness policy: how close is close enough.
 
-An element passes when |out - ref| <= atol + rtol * |ref| (the `torch.allclose` rule).
-Reduced precisions are also judged as a whole by PSNR and cosine similarity, so a version
-that stays inside the element bounds while being systematically off still fails.
+An element passes when |out - ref| <= atol + rtol * |ref| (the `torch.allclose` rule), where
+atol scales with the reference's magnitude (`scale_atol`, on by default): it is the policy's
+atol times the reference tensor's RMS when that RMS is below 1 (never below the dtype's
+smallest normal number), and the policy's atol as it is otherwise. An absolute atol alone
+passes anything on outputs whose values are all below it: zeros, or the constant 1/n for a
+softmax over n = 10^5 columns, are within atol = 1e-4 of every true value. An honest
+version's errors scale with its data, so a bound that passes it at RMS 1 passes it at any
+smaller RMS when the bound scales too; above RMS 1 the bound stays KernelBench's, never
+looser. Reduced precisions are also judged as a whole by PSNR and cosine similarity, so a
+version that stays inside the element bounds while being systematically off still fails.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ class Tolerance:
     rtol: float
     min_psnr_db: float | None = None
     min_cossim: float | None = None
+    # atol applies to the output scaled to unit RMS where the reference's RMS is below 1
+    scale_atol: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

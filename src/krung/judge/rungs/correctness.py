@@ -39,6 +39,8 @@ ERROR_FIGURES = (
     Figure("cossim", "", "the cosine similarity of output and reference", shown=(TABLE,)),
     Figure("mismatches", "", "elements out of tolerance", "count", shown=TABLES),
     Figure("nonfinite", "", "NaN or Inf elements where the reference is finite", "count"),
+    Figure("atol", "", "the absolute tolerance elements were held to: the policy's atol, "
+           "times the reference's RMS where that is below 1"),
 )
 _SUMMARY_ERRORS = ("max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db", "cossim")
 
@@ -83,7 +85,9 @@ SPEC = RungSpec(
     ),
     notes="An element passes when `|out - ref| <= atol + rtol * |ref|` under the per-dtype "
           "policy (krung/judge/tolerance.py: float32 1e-4; float16 and bfloat16 1e-2; float8 "
-          "wider; integers exact), overridable by the problem; reduced precisions must also "
+          "wider; integers exact), overridable by the problem; atol is scaled by the "
+          "reference's RMS where that is below 1, so zeros or a constant cannot pass on "
+          "small-magnitude outputs (docs/trust.md); reduced precisions must also "
           "reach a minimum PSNR and cosine similarity, and NaN or Inf where the reference is "
           "finite never passes.")
 
@@ -180,7 +184,7 @@ def _merge(row: dict[str, Any], figures: dict[str, Any]) -> None:
     for key in worse_if_higher:
         if key in figures:
             row[key] = max(row.get(key, 0), figures[key])
-    for key in ("psnr_db", "cossim"):
+    for key in ("psnr_db", "cossim", "atol"):
         if key in figures and figures[key] is not None:
             row[key] = min(row.get(key, figures[key]), figures[key])
 

@@ -7,6 +7,12 @@
 #                                  carried into .whl (installed into .whl/site on first use)
 #   scripts/gpu_check.sh bench     idle gap, profiler start, timing accuracy (with ncu),
 #                                  timing spread, loop latency
+#   scripts/gpu_check.sh latency   issue 18's turn of the loop: the default ladder and with the
+#                                  profile, cold and warm; the profile rung's steps
+#   scripts/gpu_check.sh suite     `krung suite` over KernelBench level 1 (first $SUITE_N, 30)
+#                                  with their honest baselines: problems per minute
+#   scripts/gpu_check.sh sets      KernelBench levels 1-3 and GPU MODE at their declared sizes
+#                                  (benchmarks/problem_sets.py; the packed sets in $SETS)
 # Logs go to $OUT (default /tmp/krung-gpu); run from the repository's root.
 set -uo pipefail
 OUT=${OUT:-/tmp/krung-gpu}
@@ -35,5 +41,40 @@ case "$part" in
       python3 benchmarks/timing_accuracy.py --ncu
       python3 benchmarks/timing_spread.py
       python3 benchmarks/loop_latency.py --device cuda --warm 3; } 2>&1 | tee "$OUT/bench.log" ;;
-  *) echo "unknown part $part: ladder, formats, inspect, dsls or bench" >&2; exit 2 ;;
+  latency)
+    ladder=static,compile,run,correctness,determinism,benchmark,artifacts,roofline
+    { python3 benchmarks/loop_latency.py --device cuda --rungs "$ladder" --turns 5
+      python3 benchmarks/loop_latency.py --device cuda --rungs "$ladder,profile" --turns 3
+      python3 benchmarks/profile_rung.py --turns 2; } 2>&1 | tee "$OUT/latency.log" ;;
+  suite)
+    # The problems unchanged; each baseline is the problem's own source with ModelNew = Model.
+    scratch=$(mktemp -d)
+    tar xzf "${SETS:-.gpu/problem_sets.tar.gz}" -C "$scratch" KernelBench/KernelBench/level1
+    mkdir "$scratch/problems" "$scratch/baselines"
+    for f in $(ls "$scratch"/KernelBench/KernelBench/level1/*.py | sort -V | head -"${SUITE_N:-30}"); do
+      cp "$f" "$scratch/problems/"
+      { cat "$f"; printf '\nModelNew = Model\n'; } > "$scratch/baselines/$(basename "$f")"
+    done
+    start=$(date +%s.%N)
+    python3 -m krung suite "$scratch/problems" --solutions "$scratch/baselines" --gpus all \
+      --per-gpu "${PER_GPU:-3}" --rungs static,compile,run,correctness,benchmark --json \
+      --store "$scratch/krung.db" > "$OUT/suite.json" 2> "$OUT/suite.err"
+    code=$?
+    python3 - "$OUT/suite.json" "$start" "$(date +%s.%N)" "$code" <<'PY' | tee "$OUT/suite.log"
+import json, sys
+suite = json.load(open(sys.argv[1]))
+minutes = (float(sys.argv[3]) - float(sys.argv[2])) / 60
+n = len(suite["problems"])
+print(f"krung suite exit {sys.argv[4]}: {n} problems in {minutes:.2f} min = {n / minutes:.1f}/min")
+print(json.dumps(suite["scores"]))
+for p in suite["problems"]:
+    if not p.get("correct"):
+        print("not correct:", p["problem"], str(p.get("error") or p.get("verdict"))[:200])
+PY
+    ;;
+  sets)
+    python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
+      --jobs "${JOBS:-6}" --timeout 300 --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
+      ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
+  *) echo "unknown part $part: ladder, formats, inspect, dsls, bench, latency, suite or sets" >&2; exit 2 ;;
 esac

@@ -118,7 +118,7 @@ ROW_KEYS = tuple(f.name for f in SPEC.columns)
 
 def run(ctx: Context) -> dict[str, Any]:
     from krung.judge.rungs.artifacts import dumped
-    from krung.judge.rungs.artifacts.inspect import inspect
+    from krung.judge.rungs.artifacts.inspect import inspect_all
     from krung.worker import tilelang_kernels
 
     out_dir = ctx.run_dir / FOLDER
@@ -148,7 +148,7 @@ def run(ctx: Context) -> dict[str, Any]:
     if not records:
         return {"kernels": 0, "note": f"no kernel to inspect: the version ({dsl}) launched no "
                                       "Triton kernel and has no CUDA source krung can find"}
-    rows = [row for record in records for row in inspect(record, out_dir)]
+    rows = inspect_all(records, out_dir, build_cache.root_for(ctx.run_dir))
     for row in rows:
         row["files"] = {k: f"{FOLDER}/{row['kernel']}/{v}"
                         for k, v in _files_of(records, row).items()}

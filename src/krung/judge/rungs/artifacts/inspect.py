@@ -7,12 +7,20 @@ bytes), the block size where it is known (Triton's num_warps, a literal block si
 kernel's launch in CUDA C++, or else PTX `.reqntid`/`.maxntid`, an upper bound),
 and from all of them one row of figures per function. Runs in the judge: only tools and text
 parsers, never the version's code.
+
+The tools take most of the artifacts rung's time (ptxas compiles the PTX again), so the
+specialisations are inspected at once (`inspect_all`), and what the tools say of a cubin and
+its PTX is kept under the store's build cache, keyed by their bytes: a kernel a later version
+left unchanged is not disassembled again (the tools' output depends on those bytes alone).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +30,19 @@ _PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(")
 _PTX_NTID = re.compile(r"\.(maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
 
 
-def inspect(record: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
+def inspect_all(records: list[dict[str, Any]], out_dir: Path,
+                cache_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The rows of every record, in the records' order; the tools run for several at once."""
+    if not records:
+        return []
+    workers = max(1, min(len(records), os.cpu_count() or 1, 8))
+    with ThreadPoolExecutor(workers) as pool:
+        found = pool.map(lambda record: inspect(record, out_dir, cache_dir), records)
+        return [row for rows in found for row in rows]
+
+
+def inspect(record: dict[str, Any], out_dir: Path,
+            cache_dir: Path | None = None) -> list[dict[str, Any]]:
     """Figure rows (one per function) for one record written by a backend; files it makes
     are added to the record's `files`."""
     folder = out_dir / record["kernel"]
@@ -39,14 +59,17 @@ def inspect(record: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
         return [{**base, "error": "no cubin was produced"}]
     notes: list[str] = []
     capability = int(str(record.get("target", "cuda:90")).rsplit(":", 1)[-1])
-    sass_text = _sass(cubin, folder / f"{stem}.sass", notes)
-    if sass_text is not None:
-        files["sass"] = f"{stem}.sass"
-    usage = _res_usage(cubin, notes)
     ptx_path = folder / files["ptx"] if "ptx" in files else None
     report_path = folder / f"{stem}.ptxas"
-    if not report_path.is_file() and ptx_path is not None:
-        _ptxas_report(record, ptx_path, report_path, capability, notes)
+    said = _tool_outputs(record, cubin, None if report_path.is_file() else ptx_path,
+                         capability, notes, cache_dir)
+    sass_text = said.get("sass")
+    if sass_text is not None:
+        (folder / f"{stem}.sass").write_text(sass_text)
+        files["sass"] = f"{stem}.sass"
+    usage = resources.parse_res_usage(said["res_usage"]) if said.get("res_usage") else {}
+    if said.get("ptxas") is not None:
+        report_path.write_text(said["ptxas"])
     if report_path.is_file():
         files["ptxas"] = report_path.name
     report = resources.parse_ptxas(report_path.read_text()) if report_path.is_file() else {}
@@ -90,47 +113,63 @@ def inspect(record: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
     return rows or [{**base, "error": "; ".join(notes) or "no function found in the cubin"}]
 
 
-def _sass(cubin: Path, target: Path, notes: list[str]) -> str | None:
-    tool = tools.find("cuobjdump")
-    if tool is None:
+_OUTPUTS = ("sass", "res_usage", "ptxas")
+
+
+def _tool_outputs(record: dict[str, Any], cubin: Path, ptx: Path | None, capability: int,
+                  notes: list[str], cache_dir: Path | None) -> dict[str, str | None]:
+    """What cuobjdump says of the cubin (its SASS, its resources) and, given `ptx`, what
+    ptxas -v says of it: from the cache where these bytes were inspected before, and kept
+    there when every tool answered."""
+    cuobjdump = tools.find("cuobjdump")
+    ptxas = _ptxas_tool(record) if ptx is not None else None
+    entry = None
+    if cache_dir is not None:
+        digest = hashlib.sha256(cubin.read_bytes())
+        digest.update(ptx.read_bytes() if ptx is not None else b"")
+        digest.update(repr((capability, cuobjdump, ptxas)).encode())
+        entry = Path(cache_dir) / "inspect" / digest.hexdigest()[:32]
+        if (entry / "said.json").is_file():
+            return json.loads((entry / "said.json").read_text())
+    said: dict[str, str | None] = dict.fromkeys(_OUTPUTS)
+    failed = len(notes)
+    if cuobjdump is None:
         notes.append("no cuobjdump (CUDA toolkit or Triton's package): no SASS")
-        return None
-    try:
-        text = sass.clean(tools.run(tool, ["-sass", str(cubin)]).stdout)
-    except tools.ToolFailed as exc:
-        notes.append(str(exc))
-        return None
-    target.write_text(text)
-    return text
+    else:
+        said["sass"] = _run(cuobjdump, ["-sass", str(cubin)], notes, sass.clean)
+        said["res_usage"] = _run(cuobjdump, ["-res-usage", str(cubin)], notes)
+    if ptx is not None:
+        if ptxas is None:
+            notes.append("no ptxas: no spill report")
+        else:
+            arch = f"sm_{capability}{'a' if capability >= 90 else ''}"
+            said["ptxas"] = _run(ptxas, ["-v", f"-arch={arch}", str(ptx), "-o", "/dev/null"],
+                                 notes, both=True)
+    if entry is not None and len(notes) == failed:
+        entry.mkdir(parents=True, exist_ok=True)
+        staging = entry / f".said-{os.getpid()}-{id(said)}"
+        staging.write_text(json.dumps(said))
+        os.replace(staging, entry / "said.json")  # a concurrent reader sees all or nothing
+    return said
 
 
-def _res_usage(cubin: Path, notes: list[str]) -> dict[str, dict[str, int]]:
-    tool = tools.find("cuobjdump")
-    if tool is None:
-        return {}
-    try:
-        return resources.parse_res_usage(tools.run(tool, ["-res-usage", str(cubin)]).stdout)
-    except tools.ToolFailed as exc:
-        notes.append(str(exc))
-        return {}
-
-
-def _ptxas_report(record: dict[str, Any], ptx: Path, target: Path, capability: int,
-                  notes: list[str]) -> None:
-    """ptxas -v on the PTX, with the ptxas that built the cubin where known."""
+def _ptxas_tool(record: dict[str, Any]) -> tools.Tool | None:
+    """The ptxas that built the cubin where known, so the report reads like its build."""
     chosen = record.get("ptxas")
-    tool = tools.Tool("ptxas", chosen, None) if chosen and Path(chosen).is_file() \
-        else tools.find("ptxas")
-    if tool is None:
-        notes.append("no ptxas: no spill report")
-        return
-    arch = f"sm_{capability}{'a' if capability >= 90 else ''}"
+    if chosen and Path(chosen).is_file():
+        return tools.Tool("ptxas", chosen, None)
+    return tools.find("ptxas")
+
+
+def _run(tool: tools.Tool, args: list[str], notes: list[str], clean: Any = None,
+         both: bool = False) -> str | None:
     try:
-        done = tools.run(tool, ["-v", f"-arch={arch}", str(ptx), "-o", "/dev/null"])
+        done = tools.run(tool, args)
     except tools.ToolFailed as exc:
         notes.append(str(exc))
-        return
-    target.write_text(done.stderr + done.stdout)
+        return None
+    text = done.stderr + done.stdout if both else done.stdout
+    return clean(text) if clean else text
 
 
 def _ptx_block_sizes(ptx: str) -> dict[str, int]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
-from krung.judge.rungs.artifacts.inspect import inspect
+from krung.judge.rungs.artifacts.inspect import inspect_all
 from krung.judge.rungs.compile import SPEC
+from krung.protocol import build_cache
 from krung.protocol.errors import RungFailed
 
 # What the compile rung reports per kernel, as it declares (the artifacts rung reports the
@@ -59,7 +60,7 @@ def compile_cuda(ctx: Context, dsl: str) -> dict[str, Any]:
             "the offending CUDA line sits inside the source string (or of the .cu file)",
             location=first.get("location"), details=first.get("details") or first["error"],
             figures=figures)
-    rows = [row for record in found for row in inspect(record, out_dir)]
+    rows = inspect_all(found, out_dir, build_cache.root_for(ctx.run_dir))
     empty = [row for row in rows if row.get("error")]
     if empty:  # compiled, yet no cubin or no kernel in it: nothing was checked
         first = empty[0]

@@ -332,6 +332,10 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
         run = None
     if not isinstance(run, dict) or "rungs" not in run:
         row.verdict = "problem-error" if code == 2 else "error"
+        if isinstance(run, dict) and run.get("error"):  # --json: the error is on stdout
+            row.error_type = str(run.get("error_type") or "")
+            row.explanation = f"{run['error']}; hint: {run.get('hint') or '-'}"[:600]
+            return
         lines = [line for line in stderr.strip().splitlines() if line.strip()]
         row.explanation = " ".join(lines[-3:])[:600] or f"exit status {code}"
         return
@@ -488,7 +492,9 @@ def main() -> None:
     running.add_argument("--limit", type=int, default=0, help="at most this many jobs")
     running.add_argument("--wrong", type=int, default=1,
                          help="a wrong version for every Nth problem (0: none)")
-    running.add_argument("--jobs", type=int, default=1, help="problems run at once")
+    running.add_argument("--jobs", type=int, default=1,
+                         help="problems run at once (on one GPU, level 1's 6 GiB tensors "
+                              "run out of its memory at 8)")
     running.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     running.add_argument("--no-kernelbench-check", action="store_true")
     running.add_argument("--cuda-as-cpu", action="store_true",

@@ -305,3 +305,29 @@ def test_the_atol_is_the_policys_above_rms_one_and_a_zero_reference_needs_zeros(
     tiny = torch.full((1000,), torch.finfo(torch.float32).tiny / 2)  # a denormal: not zero
     assert compare(tiny, zero, DEFAULTS["float32"]).passed
     assert not compare(torch.full((1000,), 1e-30), zero, DEFAULTS["float32"]).passed
+
+
+# Where the mismatches lie says which bug left them (the correctness rung's hint reads it).
+
+def _pattern_of(shape, spoil, rng):
+    ref = torch.randn(*shape, generator=rng)
+    out = ref.clone()
+    spoil(out)
+    return compare(out, ref, DEFAULTS["float32"]).pattern
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda o: o[:, -13:].add_(1), "only the last 13 of 1000 indices of dim 1: the tail"),
+    (lambda o: o[-1, -1].add_(1), "a single element, at (6, 999)"),
+    (lambda o: o[4].add_(1), "only index 4 of 7 of dim 0 (one row or column)"),
+    (lambda o: o[:, 3::64].add_(1), "every 64th index of dim 1, from 3: a stride"),
+    (lambda o: o[:, :128].add_(1), "only the first 128 of 1000 indices of dim 1: the first block"),
+])
+def test_the_mismatch_pattern_names_the_bug_it_looks_like(rng, spoil, says):
+    assert _pattern_of((7, 1000), spoil, rng).startswith(says)
+
+
+def test_scattered_mismatches_have_no_pattern(rng):
+    def scatter(out):
+        out[torch.randperm(64, generator=rng)[:5], torch.randperm(1000, generator=rng)[:5]] += 1
+    assert _pattern_of((64, 1000), scatter, rng) is None

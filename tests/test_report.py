@@ -42,8 +42,8 @@ def test_passing_run(krung, scale_problem, version):
                         "roofline needs the GPU's measured ceilings, and CPU wall-clock times "
                         "under Triton's interpreter have none)")
     # 3 declared cases and 1 or 2 unseen ones
-    assert any(re.match(r"correctness: (\d)/\1 cases passed \(3 seeds each\); max_abs_err ",
-                        line) for line in lines)
+    assert any(re.match(r"correctness: (\d)/\1 cases passed \(3 listed \+ [12] unseen, 3 seeds "
+                        r"each\); max_abs_err ", line) for line in lines)
     assert any(line.startswith("benchmark (cpu-wall: CPU wall-clock, not GPU time): geomean ")
                for line in lines)
     assert any(line.startswith("  n=4096,dtype=float32: ") and "speedup" in line
@@ -58,7 +58,9 @@ def test_failing_run_names_the_rung_the_cases_and_the_fix(krung, scale_problem, 
     assert "correctness FAILED, determinism skipped (needs correctness, which failed), " \
         "benchmark skipped (needs correctness, which failed)" in lines[1]
     assert re.match(r"error: Mismatch: \d/\d test cases fail; n=4099,dtype=bfloat16", lines[2])
-    assert any(line.startswith("hint: some cases pass and others fail") for line in lines)
+    # the last element alone: the hint reads it from where the mismatches lie
+    assert any(line.startswith("hint: the mismatches lie in a single element, at (4098,): an "
+                               "off-by-one") for line in lines), lines
     assert any(re.match(r"failing cases \(\d of \d\): n=4099,dtype=bfloat16", line)
                for line in lines)
     assert "start with n=4099,dtype=bfloat16" in lines[-1]

@@ -221,12 +221,19 @@ def _source_line(run: Run, location: str) -> tuple[str, str | None]:
     return number, (lines[index].strip() or None) if 0 <= index < len(lines) else None
 
 
+def _listed_and_unseen(figures: dict[str, Any]) -> str:
+    """`4 listed + 2 unseen`: the problem's own cases and those krung derived."""
+    unseen = figures.get("unseen_cases") or 0
+    return f"{(figures.get('cases') or 0) - unseen} listed + {unseen} unseen"
+
+
 def _correctness_lines(rung: RungResult | None) -> list[str]:
     if rung is None or rung.status is Status.SKIPPED or "cases" not in rung.figures:
         return []
     f = rung.figures
     text = (f"correctness: {f.get('passed')}/{f.get('cases')} cases passed "
-            f"({f.get('seeds')} seeds each); max_abs_err {format_value(f.get('max_abs_err'))}"
+            f"({_listed_and_unseen(f)}, {f.get('seeds')} seeds each); "
+            f"max_abs_err {format_value(f.get('max_abs_err'))}"
             f" max_rel_err {format_value(f.get('max_rel_err'))}")
     if f.get("worst_case"):
         text += f" (worst {f['worst_case']})"

@@ -14,6 +14,7 @@ agree with a whole-tensor sum to rounding); maxima, counts and locations are exa
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class Comparison:
     figures: dict[str, Any]
     reason: str = ""  # why it failed, in words
     region: str = ""  # where the mismatches are, per dimension
+    pattern: str | None = None  # what their positions suggest (Region.pattern)
     first_mismatch: list[int] | None = None
     got: float | None = None
     expected: float | None = None
@@ -106,6 +108,33 @@ class Region:
 
     def first_index(self) -> list[int]:
         return unravel(self.first or 0, self.shape)
+
+    def pattern(self) -> str | None:
+        """What the positions suggest, where they have a shape a bug leaves behind: one
+        element, the tail of a dimension, its first block, one index, a regular stride."""
+        if self.count == 1:
+            return (f"a single element, at {tuple(self.first_index())}: an off-by-one at a "
+                    "boundary (a mask, a loop bound, the last block)")
+        for dim in reversed(range(len(self.shape))):
+            size = self.shape[dim]
+            where = self.hit[dim].nonzero().reshape(-1).tolist()
+            if size < 2 or not where or len(where) == size:
+                continue
+            low, high = where[0], where[-1]
+            if high == size - 1 and len(where) == size - low:
+                return (f"only the last {size - low} of {size} indices of dim {dim}: the tail "
+                        "past the last full block; look at the mask or the loop bound")
+            if low == high:
+                return (f"only index {low} of {size} of dim {dim} (one row or column): look "
+                        "at how that index is computed")
+            gaps = {b - a for a, b in itertools.pairwise(where)}
+            if len(where) >= 3 and len(gaps) == 1 and gaps != {1}:
+                return (f"every {gaps.pop()}th index of dim {dim}, from {low}: a stride or a "
+                        "block offset")
+            if low == 0 and len(where) == high + 1:
+                return (f"only the first {high + 1} of {size} indices of dim {dim}: the first "
+                        "block; look at its start offset")
+        return None
 
     def describe(self) -> str:
         spans = []
@@ -247,6 +276,7 @@ def _locate(result: Comparison, region: Region, out: torch.Tensor, ref: torch.Te
     result.got = float(out[tuple(index)])
     result.expected = float(ref[tuple(index)])
     result.region = region.describe()
+    result.pattern = region.pattern()
 
 
 def mismatch_region(mismatch: torch.Tensor) -> str:

@@ -238,6 +238,8 @@ def _hint(result: Comparison | None, rows: list[dict[str, Any]]) -> str:
     if result is not None and result.figures.get("nonfinite"):
         return ("NaN/Inf where the reference is finite: look for reads of unwritten memory "
                 "(masked loads without `other`, padding lanes that reach a reduction) or overflow")
+    if result is not None and result.pattern:
+        return f"the mismatches lie in {result.pattern}"
     passed = [r["case"] for r in rows if r["passed"]]
     if passed:
         return ("some cases pass and others fail: compare their sizes; tails that are not a "

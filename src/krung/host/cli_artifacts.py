@@ -57,6 +57,20 @@ def artifacts(
         for file in files:
             out.print(f"  {file.name}  ({file.kind}, {file.size} bytes)", markup=False)
         return
+    if name is None and not json_output:
+        # Several files of the kind (a kernel's specialisations, several kernels): all of
+        # them, each under a header line, as `head` prints several files.
+        chosen = krung.run_files(run_id, kind=kind, kernel=kernel, store=store_path)
+        if len(chosen) > 1:
+            for file in chosen:
+                sys.stdout.write(f"==> {file.name} <==\n")
+                _print_file(run_id, file.name, None, None, store_path, json_output)
+            return
+    _print_file(run_id, name, kind, kernel, store_path, json_output)
+
+
+def _print_file(run_id: str, name: str | None, kind: str | None, kernel: str | None,
+                store_path: Path, json_output: bool) -> None:
     offset = 0
     while True:  # the whole file, in the pieces read_run_file gives
         read = krung.read_run_file(run_id, name=name, kind=kind, kernel=kernel, offset=offset,

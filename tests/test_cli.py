@@ -89,6 +89,8 @@ def test_crashing_versions_fail_cleanly_and_the_next_run_works(
     assert failed["status"] == "failed"
     assert failed["error_type"] == error_type
     assert words in failed["error"]
+    if error_type == "Timeout":  # the first call's limit is --compile-timeout's, not --timeout's
+        assert "raise the limit with --compile-timeout" in failed["hint"], failed["hint"]
     if lines:  # the Python stack that faulthandler wrote names the version's line
         file, line = failed["location"].rsplit(":", 1)
         assert file.endswith(f"{name}.py") and int(line) in lines

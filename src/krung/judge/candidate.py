@@ -119,7 +119,8 @@ class Candidate:
             raise self.failed_start
         if not self.facts:
             try:
-                self.facts = self._receive("starting the worker", timeout)
+                self.facts = self._receive("starting the worker", timeout,
+                                           limit="--compile-timeout")
             except RungFailed as exc:
                 self.failed_start = exc
                 raise
@@ -127,8 +128,10 @@ class Candidate:
         return self.facts
 
     def request(self, message: dict[str, Any], timeout: float, what: str,
-                max_tensor_bytes: int | None = None) -> dict[str, Any]:
-        """Send one request and wait for its reply; raise RungFailed if the worker fails us."""
+                max_tensor_bytes: int | None = None,
+                limit: str = "--timeout") -> dict[str, Any]:
+        """Send one request and wait for its reply; raise RungFailed if the worker fails us.
+        `limit` is the option that sets `timeout`, named in the hint when it runs out."""
         self.hello(timeout)
         assert self.channel is not None
         if message.get("op") == "load":
@@ -137,16 +140,16 @@ class Candidate:
             self.channel.send(message)
         except ChannelClosed:
             self._died(what)
-        return self._receive(what, timeout, max_tensor_bytes)
+        return self._receive(what, timeout, max_tensor_bytes, limit)
 
-    def _receive(self, what: str, timeout: float,
-                 max_tensor_bytes: int | None = None) -> dict[str, Any]:
+    def _receive(self, what: str, timeout: float, max_tensor_bytes: int | None = None,
+                 limit: str = "--timeout") -> dict[str, Any]:
         if self.dead:
             raise RungFailed("WorkerDead", f"the version's process is gone ({self.dead})",
                              "fix the failure reported by the earlier rung first")
         assert self.channel is not None
         if not self.channel.poll(timeout):
-            self._timed_out(what, timeout)
+            self._timed_out(what, timeout, limit)
         try:
             return self.channel.recv(max_tensor_bytes)
         except ChannelClosed:
@@ -164,7 +167,7 @@ class Candidate:
                              "a version must not write to krung's channel") from None
         raise AssertionError("unreachable")
 
-    def _timed_out(self, what: str, timeout: float) -> None:
+    def _timed_out(self, what: str, timeout: float, limit: str) -> None:
         assert self.process is not None
         try:  # faulthandler in the worker writes every thread's stack to the log
             self.process.send_signal(signal.SIGUSR1)
@@ -178,7 +181,7 @@ class Candidate:
             "Timeout", f"{what} did not finish within {timeout:g} s; the worker was killed",
             "look for an endless loop (a Python loop, or a GPU kernel whose loop bound or mask "
             "never ends it); the stack at the moment it was stopped is in the details; raise "
-            "the limit with --timeout if the version is only slow",
+            f"the limit with {limit} if the version is only slow",
             location=self._location(tail), details=tail)
 
     def _died(self, what: str) -> None:

@@ -194,7 +194,7 @@ class Context:
         """Import the version in the worker (once); raise RungFailed if that fails."""
         what = "the import of the version"
         reply = self.candidate.request(self.load_message(), self.settings.compile_timeout_s,
-                                       what)
+                                       what, limit="--compile-timeout")
         if not reply.get("ok"):
             raise failure(reply["error"], what)
         self.loaded = True

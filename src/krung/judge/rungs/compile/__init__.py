@@ -123,7 +123,7 @@ def _first_call(ctx: Context) -> dict[str, Any]:
     sent = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
     start = time.perf_counter()
     reply = ctx.candidate.request({"op": "call", "inputs": list(sent)}, timeout,
-                                  "the first call (compile)")
+                                  "the first call (compile)", limit="--compile-timeout")
     first_call_s = time.perf_counter() - start
     figures: dict[str, Any] = {
         "import_s": round(load_s, 3), "first_call_s": round(first_call_s, 3),

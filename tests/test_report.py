@@ -174,3 +174,16 @@ def test_a_case_timed_well_under_the_top_clock_says_so():
     case = next(line for line in slow if line.startswith("  n=4096: "))
     assert case.endswith("; timed at 1707 MHz, 14% under the top clock")
     assert "under the top clock" not in summary(1990)
+
+
+def test_a_run_short_of_correctness_does_not_call_the_version_correct(krung, scale_problem,
+                                                                     version):
+    result = krung("run", scale_problem, version("good", GOOD), "--rungs", "static,compile",
+                   "--format", "agent")
+    assert result.code == 0, result.stdout + result.stderr
+    next_line = summary_of(result.stdout).rstrip("\n").splitlines()[-1]
+    assert next_line == ("next: nothing failed, but correctness was not asked for (rungs "
+                         "static,compile): climb it, e.g. --rungs static,compile,correctness")
+    climbed = krung("run", scale_problem, version("good", GOOD), "--rungs",
+                    "static,compile,correctness", "--json")
+    assert climbed.code == 0 and "correctness" in [r["name"] for r in climbed.json()["rungs"]]

@@ -396,6 +396,10 @@ def _next_step(run: Run, failed: RungResult | None) -> str:
                 " evaluate it where that rung can run before relying on this version")
     if skipped:
         return f"{skipped[0].name} was skipped: {skipped[0].reason}"
+    if correctness is None:  # the rungs asked for stopped short of it
+        climbed = ",".join(r.name for r in run.rungs)
+        return (f"nothing failed, but correctness was not asked for (rungs {climbed}): "
+                f"climb it, e.g. --rungs {climbed},correctness")
     bench = run.rung("benchmark")
     if bench is None:
         return "the version is correct; climb the benchmark rung to time it"

@@ -453,3 +453,26 @@ def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
     assert printed == ["[static]", "[compile]", "[run]", "[correctness]", "[determinism]"]
     assert all(line.split()[1] == "ok" for line in seen if line.startswith("["))
     assert not any(line.startswith("[benchmark] ok") for line in rest.splitlines())
+
+
+def test_a_problem_whose_generator_raises_is_named_with_its_file_and_line(krung, tmp_path,
+                                                                          version):
+    write(tmp_path / "typo" / "problem.py", """
+        import torch
+        def reference(x):
+            return x * 2
+        def make_inputs(case, seed, device):
+            g = torch.Generator(device=device).manual_seed(seed)
+            return (torch.randn(case["n"], generator=g, device=device) * scale,)
+        test_cases = [{"n": 17, "dtype": "float32"}, {"n": 1000, "dtype": "float32"}]
+        bench_cases = [{"n": 4099, "dtype": "float32"}]
+        def flops(case):
+            return case["n"]
+        def bytes_moved(case):
+            return 8 * case["n"]
+    """)
+    result = krung("run", tmp_path / "typo", version("good", GOOD), "--rungs", "static")
+    assert result.code == 2, result.stdout + result.stderr
+    problem_file = tmp_path / "typo" / "problem.py"
+    assert f"raised NameError: name 'scale' is not defined at {problem_file.resolve()}:6" in \
+        result.stderr, result.stderr

@@ -48,7 +48,8 @@ def check_behaviour(problem: Problem, device: str) -> None:
                 "the problem hard-codes `cuda`: run it on a machine with an NVIDIA GPU "
                 "(--device cuda)")]) from exc
         raise ProblemError(str(problem.path), [(
-            f"{name} on case {case} ({device}) raised {type(exc).__name__}: {exc}",
+            f"{name} on case {case} ({device}) raised {type(exc).__name__}: {exc}"
+            f"{_where(exc, problem)}",
             f"make {name} work for every declared case on this device")]) from exc
     flat = problem.format not in (KERNELBENCH, GPUMODE)
     if not isinstance(first, (tuple, list)) or (
@@ -86,10 +87,22 @@ def check_behaviour(problem: Problem, device: str) -> None:
         problem.reference(*tree.clone(tuple(first)))
     except Exception as exc:
         defects.append((f"the reference on {name} for case {case} raised "
-                        f"{type(exc).__name__}: {exc}",
+                        f"{type(exc).__name__}: {exc}{_where(exc, problem)}",
                         "make the reference run on every declared case"))
     if defects:
         raise ProblemError(str(problem.path), defects)
+
+
+def _where(exc: BaseException, problem: Problem) -> str:
+    """` at FILE:LINE`: the deepest line of the problem's own files the exception passed."""
+    import traceback
+    from pathlib import Path
+
+    folder = Path(problem.path).resolve()
+    folder = folder if folder.is_dir() else folder.parent
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve().is_relative_to(folder)]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def unsendable(value: Any, where: str = "") -> tuple[str, str] | None:

@@ -128,3 +128,35 @@ def test_the_autotune_hook_keeps_no_record_of_timed_calls():
     figures = {k: int(v) for k, v in (line.split() for line in done.stdout.splitlines())}
     assert figures == {"timed_calls_kept": 0, "keys": 2, "tuned": 2, "unknown_grids": 0,
                        "recorded": 1}
+
+
+LIBDEVICE_TANH = '''
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, libdevice.tanh(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+def kernel(a, b):
+    y = torch.empty_like(a)
+    tanh_kernel[(triton.cdiv(a.numel(), 256),)](a, y, a.numel(), BLOCK=256)
+    return y + b
+'''
+
+
+def test_libdevice_under_the_interpreter_gets_a_hint_that_names_it_and_what_works(krung,
+                                                                                   version):
+    result = krung("run", "vector_add", version("tanh", LIBDEVICE_TANH), "--rungs",
+                   "static,compile,run", "--json")
+    assert result.code == 1, result.stdout + result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    assert failed["location"].endswith("tanh.py:11"), failed["location"]  # the store
+    assert failed["hint"].startswith("Triton's interpreter has no libdevice"), failed["hint"]
+    assert "tl.sigmoid(2 * x)" in failed["hint"]

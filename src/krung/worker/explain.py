@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import linecache
+import os
 import re
 import sys
 import traceback
@@ -44,13 +45,24 @@ HINTS: list[tuple[str, str]] = [
     ("No module named 'numba'", "install numba-cuda: pip install numba-cuda"),
 ]
 
+# Under Triton's interpreter only (CPU runs): constructs it does not implement.
+INTERPRETER_HINTS: list[tuple[str, str]] = [
+    ("libdevice.",
+     "Triton's interpreter has no libdevice (its functions return None there), though the GPU "
+     "compile accepts them: on a CPU use tl.math's functions (tl.exp, tl.log, tl.sqrt, "
+     "tl.sigmoid; tanh(x) = 2 * tl.sigmoid(2 * x) - 1), or evaluate the version on a GPU"),
+]
+
 COMPILE_ERRORS = {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",
                   "SyntaxError", "IndentationError", "TabError", "NVRTCError",
                   "CompileException", "CudaCompileError"}
 
 
 def hint_for(text: str) -> str | None:
-    return next((hint for needle, hint in HINTS if needle in text), None)
+    table = HINTS
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        table = INTERPRETER_HINTS + HINTS
+    return next((hint for needle, hint in table if needle in text), None)
 
 
 def shadowing(name: str, folder: Path) -> Path | None:

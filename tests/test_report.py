@@ -187,3 +187,19 @@ def test_a_run_short_of_correctness_does_not_call_the_version_correct(krung, sca
     climbed = krung("run", scale_problem, version("good", GOOD), "--rungs",
                     "static,compile,correctness", "--json")
     assert climbed.code == 0 and "correctness" in [r["name"] for r in climbed.json()["rungs"]]
+
+
+def test_a_case_whose_time_is_noisy_says_so_in_the_agent_summary():
+    from krung.host.report import _benchmark_lines
+
+    def row(ci_pct):
+        return {"case": f"n={int(ci_pct * 100)}", "median_us": 10.0, "p10_us": 9.0,
+                "p90_us": 14.0, "ref_median_us": 12.0, "speedup": 1.2, "ci_pct": ci_pct}
+
+    rung = RungResult(name="benchmark", status=Status.OK, figures={
+        "timer": "cupti", "geomean_us": 10.0, "speedup": 1.2,
+        "per_case": [row(0.4), row(17.5)]})
+    quiet, noisy = _benchmark_lines(rung)[1:3]
+    assert "noisy" not in quiet
+    assert noisy.endswith("; noisy: the median is known to +-17.5%, so differences below that "
+                          "say nothing")

@@ -294,6 +294,17 @@ def _slow_clock(row: dict) -> str:
     return f"; timed at {timed} MHz, {1 - timed / top:.0%} under the top clock"
 
 
+NOISY_CI_PCT = 5.0  # a median known only to +-5% or worse cannot rank close versions
+
+
+def _noisy(row: dict[str, Any]) -> str:
+    ci = row.get("ci_pct")
+    if ci is None or ci < NOISY_CI_PCT:
+        return ""
+    return (f"; noisy: the median is known to +-{format_value(ci)}%, so differences below "
+            "that say nothing")
+
+
 def _benchmark_lines(rung: RungResult | None) -> list[str]:
     if rung is None or not rung.ok:
         return []
@@ -313,7 +324,7 @@ def _benchmark_lines(rung: RungResult | None) -> list[str]:
                         f"speedup {format_value(row.get('speedup_vs_compiled'))}x"
                         if "compiled_median_us" in row else "")
                      + (f"; autotuned {row['config']}" if row.get("config") else "")
-                     + _slow_clock(row))
+                     + _noisy(row) + _slow_clock(row))
     if len(rows) > AGENT_CASES:
         lines.append(f"  ... {len(rows) - AGENT_CASES} more case(s)")
     if f.get("compiled_error"):

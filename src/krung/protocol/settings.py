@@ -232,8 +232,13 @@ def markdown() -> list[str]:
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for field, declared_ in declarations():
         rows.append(f"| `{declared_.env}` | {shown_default(field.default)} | "
-                    f"{declared_.help.replace('|', '&#124;')} |")
+                    f"{markdown_cell(declared_.help)} |")
     return rows
+
+
+def markdown_cell(text: str) -> str:
+    """`text` as one cell of a Markdown table."""
+    return text.replace("|", "&#124;").replace("<", "&lt;")
 
 
 def shown_default(value: object) -> str:

@@ -91,6 +91,8 @@ def test_options_override_the_environment_and_bad_values_name_the_option():
     with pytest.raises(UsageError, match="--timeout=-1") as info:
         options.settings_of({"timeout": -1}, base)
     assert "--timeout" in (info.value.hint or "")
+    with pytest.raises(UsageError, match="--timeout=0"):
+        options.settings_of({"timeout": 0}, base)  # 0 is a value, not an option left out
     with pytest.raises(UsageError, match="--device='tpu'"):
         options.settings_of({"device": "tpu"}, base)
 

@@ -180,9 +180,14 @@ def settings_of(given: Mapping[str, Any], base: Settings | None = None) -> Setti
     """The settings (from the environment unless `base`) with the options in `given` that
     override one; a bad value is named by its option (--timeout=-1)."""
     chosen = {o.setting: given[o.name] for o in OPTIONS.values()
-              if o.setting is not None and o.name in given and given[o.name] not in (None, False)}
+              if o.setting is not None and _was_given(given.get(o.name))}
     sources = {o.setting: o.cli_flag for o in OPTIONS.values() if o.setting in chosen}
     return (base or Settings.from_env()).overridden(chosen, sources)
+
+
+def _was_given(value: Any) -> bool:
+    """None is an option left out, and False a flag left off (0 is a value, to be checked)."""
+    return value is not None and value is not False
 
 
 def markdown() -> str:

@@ -26,8 +26,10 @@ from krung.host import (
     cli_suite,
     cli_workspace,
     display,
+    options,
     report,
 )
+from krung.host.options import FormatOption, JsonOption, OutputFormat, StoreOption
 from krung.host.scaffold import scaffold
 
 
@@ -60,23 +62,6 @@ def _options(version: Annotated[bool, typer.Option(
     """The options before the command (krung --version)."""
 
 
-StoreOption = Annotated[Path | None, typer.Option(
-    "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-
-
-class OutputFormat(str, enum.Enum):
-    TEXT = "text"
-    JSON = "json"
-    AGENT = "agent"
-
-
-FormatOption = Annotated[OutputFormat | None, typer.Option(
-    "--format", help="text (default), json (the same as --json), or agent: a short plain "
-                     "verdict for coding agents (first failure, its line, the hint, the "
-                     "figures, what to look at next).")]
-
-
 def _output_format(json_output: bool, chosen: OutputFormat | None) -> OutputFormat:
     if json_output and chosen not in (None, OutputFormat.JSON):
         raise krung.UsageError(f"--json and --format {chosen.value} ask for different outputs",
@@ -94,6 +79,7 @@ def _print_json(data: Any) -> None:
 
 
 @app.command()
+@options.takes(*options.RUN)
 def run(
     problem: Annotated[str, typer.Argument(
         help="Problem: a krung problem directory, a KernelBench .py file, a GPU MODE "
@@ -101,40 +87,12 @@ def run(
     solution: Annotated[Path, typer.Argument(
         help="The version: a .py file defining kernel() (KernelBench: class ModelNew; "
              "GPU MODE: custom_kernel).")],
-    rungs: Annotated[str | None, typer.Option(
-        help=f"Comma-separated rungs to climb (default: {','.join(krung.DEFAULT_LADDER)}; "
-             f"also: {','.join(r for r in krung.RUNGS if r not in krung.DEFAULT_LADDER)}).")
-    ] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Fix the evaluation seed (to reproduce a "
-                                                  "run); fresh and random by default.")] = None,
-    timeout: Annotated[float | None, typer.Option(
-        help="Seconds allowed for one call of the version.")] = None,
-    compile_timeout: Annotated[float | None, typer.Option(
-        help="Seconds allowed for the import and the first call (JIT compile).")] = None,
-    precision: Annotated[str | None, typer.Option(
-        help="KernelBench problems: fp32 (default), fp16 or bf16.")] = None,
-    parent: Annotated[str | None, typer.Option(
-        help="The run this version builds on (an id or prefix); by default the previous run "
-             "of the same version file.")] = None,
-    vs_compiled: Annotated[bool, typer.Option(
-        "--vs-compiled", help="Also time torch.compile(reference) in the benchmark rung and "
-                              "give the speedup against it.")] = False,
-    profile: Annotated[bool, typer.Option(
-        "--profile", help="Also climb the profile rung (Nsight Compute on the case furthest "
-                          "from the roofline; tens of seconds, GPU only): --rungs +profile.")
-    ] = False,
-    json_output: JsonOption = False,
-    output_format: FormatOption = None,
-    store: StoreOption = None,
+    **given: Any,
 ) -> None:
     """Evaluate one version of a problem through the ladder and record the run."""
-    if profile:
-        rungs = _with_profile(rungs)
-    settings = _settings(store).replace(call_timeout_s=timeout,
-                                        compile_timeout_s=compile_timeout,
-                                        compiled_baseline=vs_compiled or None)
-    chosen = _output_format(json_output, output_format)
+    rungs = _with_profile(given["rungs"]) if given["profile"] else given["rungs"]
+    settings = options.settings_of(given)
+    chosen = _output_format(given["json_output"], given["output_format"])
     show = chosen is OutputFormat.TEXT
     # A bar on a terminal, else `[rung] case i/n ...` lines on stderr at most once a second.
     planned = krung.select_rungs(rungs)
@@ -162,9 +120,11 @@ def run(
             sys.stdout.flush()
 
     with progress or contextlib.nullcontext():
-        result = krung.evaluate(problem, solution, rungs=rungs, device=device, seed=seed,
-                                precision=precision, settings=settings, on_result=on_result,
-                                on_progress=on_progress, on_env=on_env, parent=parent)
+        result = krung.evaluate(problem, solution, rungs=rungs, device=given["device"],
+                                seed=given["seed"], precision=given["precision"],
+                                settings=settings, on_result=on_result,
+                                on_progress=on_progress, on_env=on_env,
+                                parent=given["parent"])
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
     elif chosen is OutputFormat.AGENT:

@@ -16,13 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 import krung
+from krung.host.options import JsonOption, StoreOption
 from krung.protocol.results import format_value
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
-StoreOption = Annotated[Path | None, typer.Option(
-    "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 KernelOption = Annotated[str | None, typer.Option(
     "--kernel", help="Only kernels (files) whose name contains this.")]
 ARTIFACT_COLUMNS = ("registers", "static_smem_bytes", "dynamic_smem_bytes", "spills",

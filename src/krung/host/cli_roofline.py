@@ -17,11 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 import krung
+from krung.host.options import StoreOption
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
-StoreOption = Annotated[Path | None, typer.Option(
-    "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")]
 
 
 def _store(store: Path | None) -> Path:

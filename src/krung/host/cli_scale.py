@@ -7,74 +7,48 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 import krung
-from krung.host import report
+from krung.host import options, report
 
 FAILED = 1  # cli.ExitCode.FAILED
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
-# The executor's options, shared by `krung batch` and `krung suite`.
-ExecutorName = Annotated[str, typer.Option("--executor", help="local, ray or ssh.")]
-Workers = Annotated[int, typer.Option(help="Evaluations at once (local without --gpus, ssh).")]
-Gpus = Annotated[str | None, typer.Option(help="GPUs for the local executor, e.g. 0,1 or all; "
-                                               "one evaluation per GPU.")]
-PerGpu = Annotated[int, typer.Option(help="Evaluations per GPU at once (their benchmarks "
-                                          "take turns on the GPU).")]
-Address = Annotated[str | None, typer.Option(help="Ray cluster address (ray executor).")]
-Remote = Annotated[str | None, typer.Option(help="user@host (ssh executor).")]
-RemotePython = Annotated[str, typer.Option(help="Python on the remote host.")]
-SshOption = Annotated[list[str] | None, typer.Option(
-    help="An option for ssh, e.g. -p2222 (repeatable).")]
+def choose_executor(given: Mapping[str, Any]) -> krung.Executor:
+    """The executor the command line names (`given`: the command's options), with the
+    options that apply to it."""
+    name, workers, gpus = given["executor"], given["workers"], given["gpus"]
+    chosen: dict = {}
+    if name == "local":
+        chosen = {"workers": workers, "per_gpu": given["per_gpu"],
+                  "gpus": "all" if gpus == "all" else (gpus.split(",") if gpus else None)}
+    elif name == "ray":
+        chosen = {"address": given["address"]}
+    elif name == "ssh":
+        chosen = {"remote": given["remote"] or "", "python": given["remote_python"],
+                  "ssh_options": given["ssh_option"] or [], "workers": workers}
+    return krung.make_executor(name, **chosen)
 
 
-def choose_executor(executor: str, workers: int = 1, gpus: str | None = None, per_gpu: int = 1,
-                    address: str | None = None, remote: str | None = None,
-                    remote_python: str = "python3",
-                    ssh_option: list[str] | None = None) -> krung.Executor:
-    """The executor the command line names, with the options that apply to it."""
-    options: dict = {}
-    if executor == "local":
-        options = {"workers": workers, "per_gpu": per_gpu,
-                   "gpus": "all" if gpus == "all" else (gpus.split(",") if gpus else None)}
-    elif executor == "ray":
-        options = {"address": address}
-    elif executor == "ssh":
-        options = {"remote": remote or "", "python": remote_python,
-                   "ssh_options": ssh_option or [], "workers": workers}
-    return krung.make_executor(executor, **options)
-
-
+@options.takes(*options.BATCH)
 def batch(
     problem: Annotated[str, typer.Argument(help="Problem directory, or a built-in name.")],
     versions: Annotated[list[Path], typer.Argument(help="The versions (.py files).")],
-    rungs: Annotated[str | None, typer.Option(help="Comma-separated rungs to climb.")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
-    executor: ExecutorName = "local",
-    workers: Workers = 1,
-    gpus: Gpus = None,
-    per_gpu: PerGpu = 1,
-    address: Address = None,
-    remote: Remote = None,
-    remote_python: RemotePython = "python3",
-    ssh_option: SshOption = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    store: Annotated[Path | None, typer.Option("--store", help="SQLite store.")] = None,
+    **given: Any,
 ) -> None:
     """Evaluate many versions of one problem, on this machine's CPU or GPUs, a Ray cluster or
     a remote host; every run lands in the store."""
-    settings = krung.Settings.from_env()
-    if store:
-        settings = settings.replace(store=store)
-    chosen = choose_executor(executor, workers, gpus, per_gpu, address, remote, remote_python,
-                             ssh_option)
+    settings = options.settings_of(given)
+    chosen = choose_executor(given)
+    json_output = given["json_output"]
 
     def on_outcome(outcome: krung.Outcome, done: int, total: int) -> None:
         if json_output:
@@ -89,8 +63,8 @@ def batch(
     if not json_output:
         out.print(f"batch: {len(versions)} version(s) of {problem}, {chosen.name} executor, "
                   f"{chosen.slots} at once", markup=False)
-    outcomes = krung.run_batch(problem, list(versions), chosen, settings, rungs=rungs,
-                               device=device, on_outcome=on_outcome)
+    outcomes = krung.run_batch(problem, list(versions), chosen, settings, rungs=given["rungs"],
+                               device=given["device"], on_outcome=on_outcome)
     runs = [o.run for o in outcomes if o.run is not None]
     passed = sum(r.ok for r in runs)
     if json_output:

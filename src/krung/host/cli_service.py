@@ -17,6 +17,7 @@ from rich.console import Console
 
 import krung
 from krung.host import service
+from krung.host.options import JsonOption, StoreOption
 
 FAILED = 1  # cli.ExitCode.FAILED
 
@@ -25,9 +26,6 @@ service_app = typer.Typer(no_args_is_help=True, help="The warm evaluation servic
                                                      "pre-started judges, so a version's "
                                                      "verdict comes in seconds.")
 
-StoreOption = Annotated[Path | None, typer.Option(
-    "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _store(store: Path | None) -> Path:

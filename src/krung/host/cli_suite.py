@@ -9,70 +9,42 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 import krung
-from krung.host.cli_scale import (
-    Address,
-    ExecutorName,
-    Gpus,
-    PerGpu,
-    Remote,
-    RemotePython,
-    SshOption,
-    Workers,
-    choose_executor,
-)
+from krung.host import options
+from krung.host.cli_scale import choose_executor
 
 OK, FAILED, INTERNAL = 0, 1, 3  # cli.ExitCode
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
+@options.takes(*options.SUITE)
 def suite(
     problems_dir: Annotated[Path, typer.Argument(help="A directory of problems: KernelBench "
                                                       "files, GPU MODE or krung problem "
                                                       "directories.")],
-    solutions: Annotated[Path, typer.Option(
-        "--solutions", help="The directory of solutions, each named like its problem "
-                            "(19_ReLU.py for 19_ReLU.py, vectoradd_py.py for vectoradd_py/).")],
-    precision: Annotated[str | None, typer.Option(
-        help="fp32 (default), fp16 or bf16: casts the KernelBench problems' inputs and "
-             "weights; their tolerance follows (1e-4 for fp32, 1e-2 for fp16 and bf16).")] = None,
-    rungs: Annotated[str | None, typer.Option(
-        help="Comma-separated rungs to climb (default all; speed scores need benchmark).")
-    ] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
-    executor: ExecutorName = "local",
-    workers: Workers = 1,
-    gpus: Gpus = None,
-    per_gpu: PerGpu = 1,
-    address: Address = None,
-    remote: Remote = None,
-    remote_python: RemotePython = "python3",
-    ssh_option: SshOption = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    store: Annotated[Path | None, typer.Option(
-        "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")] = None,
+    **given: Any,
 ) -> None:
-    """Evaluate every problem that has a solution and print KernelBench's scores; with
-    --executor, --workers or --gpus, several at once, as `krung batch` does."""
-    settings = krung.Settings.from_env()
-    settings = settings.replace(store=store) if store else settings
+    """Evaluate every problem that has a solution and print KernelBench's scores (the speed
+    scores need the benchmark rung); with --executor, --workers or --gpus, several at once,
+    as `krung batch` does."""
+    settings = options.settings_of(given)
+    json_output = given["json_output"]
 
     def progress(entry: krung.SuiteEntry) -> None:
         if not json_output:
             out.print(f"{entry.problem}: {entry.verdict()}", markup=False)
 
-    chosen = choose_executor(executor, workers, gpus, per_gpu, address, remote, remote_python,
-                             ssh_option)
-    result = krung.run_suite(problems_dir, solutions, precision=precision, rungs=rungs,
-                             device=device, settings=settings, executor=chosen,
-                             on_entry=progress)
+    chosen = choose_executor(given)
+    result = krung.run_suite(problems_dir, given["solutions"], precision=given["precision"],
+                             rungs=given["rungs"], device=given["device"], settings=settings,
+                             executor=chosen, on_entry=progress)
     if json_output:
         sys.stdout.write(json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
     else:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 import krung
-from krung.host import display
+from krung.host import display, options
 
 FAILED = 1  # cli.ExitCode.FAILED: a rung failed, or (as grep) a search found nothing
 
@@ -48,29 +48,23 @@ def init(
     out.print("      (AGENTS.md is the guide, for agents and people alike)", markup=False)
 
 
+@options.takes(*options.WATCH)
 def watch(
     problem: Annotated[str, typer.Argument(help="Problem directory, or a built-in name.")],
     solution: Annotated[Path, typer.Argument(help="The version file to watch.")],
-    rungs: Annotated[str | None, typer.Option(
-        help="Comma-separated rungs to climb (default all).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
-    max_runs: Annotated[int | None, typer.Option(
-        help="Stop after this many evaluations (default: until Ctrl-C).")] = None,
-    store: Annotated[Path | None, typer.Option(
-        "--store", help="SQLite store (default .krung/krung.db, or $KRUNG_STORE)")] = None,
+    **given: Any,
 ) -> None:
     """Evaluate a version, then again every time its file is saved (Ctrl-C stops)."""
-    settings = krung.Settings.from_env()
-    if store:
-        settings = settings.replace(store=store)
+    settings = options.settings_of(given)
+    max_runs = given["max_runs"]
     if max_runs is not None and max_runs < 1:
         raise krung.UsageError(f"--max-runs {max_runs} runs nothing",
                                hint="use --max-runs 1 or more, or leave it out")
     last = None
     with display.watch_display(out, err) as screen:
         try:
-            last = krung.watch(problem, solution, screen, max_runs=max_runs, rungs=rungs,
-                               device=device, settings=settings)
+            last = krung.watch(problem, solution, screen, max_runs=max_runs,
+                               rungs=given["rungs"], device=given["device"], settings=settings)
         except KeyboardInterrupt:
             pass  # Ctrl-C is how a watch ends: end it cleanly, with status 0
         else:
@@ -117,7 +111,7 @@ def context_add(
 @context_app.command("list")
 def context_list(
     workspace: WorkspaceOption = Path("."),
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_output: options.JsonOption = False,
 ) -> None:
     """What context/ holds: each entry with its source, files and bytes."""
     entries = krung.list_context(workspace)
@@ -146,7 +140,7 @@ def context_search(
     max_hits: Annotated[int, typer.Option("--max", help="Stop after this many hits.")] = 50,
     regex: Annotated[bool, typer.Option(help="Treat QUERY as a regular expression.")] = False,
     workspace: WorkspaceOption = Path("."),
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_output: options.JsonOption = False,
 ) -> None:
     """Search context/: one `file:line: text` line per hit, in path order."""
     hits = krung.search_context(workspace, query, max_hits=max_hits, regex=regex)

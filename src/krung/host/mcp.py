@@ -27,14 +27,13 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 import krung
+from krung.host import options
 from krung.protocol.settings import Settings
 
 log = logging.getLogger("krung.host.mcp")
 T = TypeVar("T")
 
-RungName = Literal[krung.RUNGS]  # type: ignore[valid-type]
 FileKind = Literal[krung.FILE_KINDS]  # type: ignore[valid-type]
-Device = Literal["auto", "cpu", "cuda"]
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 EVALUATES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
                             openWorldHint=False)
@@ -69,17 +68,6 @@ SourceArg = Annotated[str | None, Field(description=(
 NameArg = Annotated[str | None, Field(description=(
     "A short label for a version sent as `source` (letters, digits, _ . -), e.g. "
     "triton_v2; it starts the saved file's name, which history shows."))]
-SeedArg = Annotated[int | None, Field(ge=0, description=(
-    "The evaluation seed, to reproduce a run exactly (a run's `seed` field); by default fresh "
-    "and random, so a version never sees the same inputs twice."))]
-ParentArg = Annotated[str | None, Field(description=(
-    "The run this version builds on (its run_id or a unique prefix), so the history is a "
-    "tree an agent can walk back. Default: the previous run of the same version file."))]
-DeviceArg = Annotated[Device | None, Field(description=(
-    "auto (a CUDA GPU when torch sees one, else the CPU, where Triton runs under its "
-    "interpreter), cpu or cuda. Default: the server's KRUNG_DEVICE, else auto."))]
-
-
 def build_server(store: str | Path | None = None) -> MCPServer:
     """The krung MCP server over the store at `store` (default: KRUNG_STORE or
     .krung/krung.db under the working directory)."""
@@ -117,24 +105,14 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         return _answer(described)
 
     @tool(EVALUATES)
+    @options.tool_fields(*options.EVALUATE_TOOL)
     async def evaluate(
         problem: ProblemArg,
         ctx: Context,
         version_path: VersionPathArg = None,
         source: SourceArg = None,
         name: NameArg = None,
-        rungs: Annotated[list[RungName] | str | None, Field(description=(
-            f"Rungs to climb, as a list or comma-separated as on the command line "
-            f"(\"static,compile\"), or rungs added to the default ladder (\"+profile\"); they run in ladder order ({', '.join(krung.RUNGS)}) "
-            "whatever the order given. Default: the default ladder "
-            f"({', '.join(krung.DEFAULT_LADDER)}). A rung whose needed rung failed is "
-            "skipped."))] = None,
-        seed: SeedArg = None,
-        device: DeviceArg = None,
-        parent: ParentArg = None,
-        vs_compiled: Annotated[bool, Field(description=(
-            "Also time torch.compile(reference) in the benchmark rung and give the speedup "
-            "against it (`speedup_vs_compiled`); its compile time is not timed."))] = False,
+        **given: Any,
     ) -> CallToolResult:
         """Evaluate one version of a problem up the rung ladder and record the run. Give the
         version as `version_path` or as `source`. Blocks until done (seconds on a small
@@ -148,14 +126,15 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         error."""
         with _explained():
             krung.find_problem(problem)  # a wrong problem is reported before saving a source
-            names = _rung_names(rungs)
+            names = _rung_names(given["rungs"])
+            settings = options.settings_of(given)
             path = _version(version_path, source, name, db_path)
             report = _ProgressReporter(ctx, len(names))
             run = await _in_thread(functools.partial(
                 krung.evaluate, problem, path, rungs=names,
-                device=device, seed=seed, store=db_path, on_result=report.rung_done,
-                on_progress=report.step, parent=parent,
-                settings=Settings.from_env().replace(compiled_baseline=vs_compiled or None)))
+                device=given["device"], seed=given["seed"], store=db_path,
+                on_result=report.rung_done, on_progress=report.step, parent=given["parent"],
+                settings=settings))
         return _run_answer(run)
 
     @tool(READ_ONLY)
@@ -251,14 +230,14 @@ def build_server(store: str | Path | None = None) -> MCPServer:
                                        _json_block(diff)], structured_content=diff)
 
     @tool(EVALUATES)
+    @options.tool_fields(*options.PROFILE_TOOL)
     async def profile(
         problem: ProblemArg,
         ctx: Context,
         version_path: VersionPathArg = None,
         source: SourceArg = None,
         name: NameArg = None,
-        seed: SeedArg = None,
-        device: DeviceArg = None,
+        **given: Any,
     ) -> CallToolResult:
         """Profile a version with Nsight Compute on the GPU: evaluate it with the rungs
         static, compile, run, correctness and profile, and return the run. The profile
@@ -272,8 +251,8 @@ def build_server(store: str | Path | None = None) -> MCPServer:
             rungs = ["static", "compile", "run", "correctness", "profile"]
             report = _ProgressReporter(ctx, len(rungs))
             run = await _in_thread(functools.partial(
-                krung.evaluate, problem, path, rungs=rungs, device=device, seed=seed,
-                store=db_path, on_result=report.rung_done, on_progress=report.step))
+                krung.evaluate, problem, path, rungs=rungs, device=given["device"],
+                seed=given["seed"], store=db_path, on_result=report.rung_done, on_progress=report.step))
         return _run_answer(run)
 
     return server

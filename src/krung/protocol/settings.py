@@ -1,169 +1,250 @@
-"""Every setting krung reads, declared once, typed, with its environment variable.
+"""Every setting krung reads, each declared once: one field of `Settings` holds its type, its
+default, its environment variable, what it means and the rule its values follow.
 
-Command-line options and `evaluate()` arguments override these; nothing else in krung reads
-the environment for its own settings.
+Command-line options and `evaluate()` arguments override these (krung.host.options says which
+option overrides which setting); nothing else in krung reads the environment for its own
+settings. docs/settings.md is made from these declarations:
+`python -m krung.host.options --markdown > docs/settings.md`.
+
+To add a setting, add one field below with `setting(default, "KRUNG_NAME", "what it means")`
+(and a `check` when its values follow a rule beyond the type's).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from krung.protocol.errors import UsageError
 
 DEVICES = ("auto", "cpu", "cuda")
 PROFILE_SETS = ("fast", "full")
 SERVICE_MODES = ("auto", "on", "off")
+CLOCK_CONTROLS = ("none", "base")
+DEFAULT_STORE = Path(".krung") / "krung.db"
+
+# check(source, raw, value): raise UsageError when `value` (parsed from `raw`, given by
+# `source`: the environment variable or the option) breaks the setting's rule.
+Check = Callable[[str, object, Any], None]
 
 
 @dataclass(frozen=True)
-class Setting:
+class Declared:
+    """What a setting is, besides its name, type and default (those are the field's)."""
+
     env: str
     help: str
+    check: Check | None = None
 
 
-_SETTINGS = {
-    "store": Setting("KRUNG_STORE", "SQLite file of the run store (artifacts go beside it)"),
-    "device": Setting("KRUNG_DEVICE", "auto, cpu or cuda; auto takes CUDA when torch sees a GPU"),
-    "seeds": Setting("KRUNG_SEEDS", "seeds per test case in the correctness rung"),
-    "compile_timeout_s": Setting("KRUNG_COMPILE_TIMEOUT", "seconds for import + first call"),
-    "call_timeout_s": Setting("KRUNG_CALL_TIMEOUT", "seconds for one call of the version"),
-    "bench_timeout_s": Setting("KRUNG_BENCH_TIMEOUT", "seconds for timing one bench case"),
-    "max_file_bytes": Setting("KRUNG_MAX_FILE_BYTES", "largest file the version's process may "
-                                                      "write (its log too): a print flood ends "
-                                                      "there"),
-    "sanitize": Setting("KRUNG_SANITIZE", "1 to run the version under compute-sanitizer in the "
-                                          "determinism rung (GPU; slow)"),
-    "artifacts_arch": Setting("KRUNG_ARTIFACTS_ARCH", "GPU architecture the artifacts rung "
-                                                      "compiles for where no GPU is in use "
-                                                      "(auto: the GPU's, else sm_90a)"),
-    "profile_clock_control": Setting("KRUNG_PROFILE_CLOCK_CONTROL", "ncu --clock-control in "
-                                                                    "the profile rung: none "
-                                                                    "(the GPU's own clocks) or "
-                                                                    "base (locked)"),
-    "profile_source_counters": Setting("KRUNG_PROFILE_SOURCE_COUNTERS", "1 to add ncu's "
-                                                                        "SourceCounters section "
-                                                                        "(slower)"),
-    "profile_timeout_s": Setting("KRUNG_PROFILE_TIMEOUT", "seconds for the whole profile rung "
-                                                          "(ncu's start, the version's load and "
-                                                          "call, the report); past it ncu is "
-                                                          "killed and the rung fails"),
-    "profile_set": Setting("KRUNG_PROFILE_SET", "ncu sections in the profile rung: fast (what "
-                                                "krung's summary and the roofline's limiter "
-                                                "read) or full (adds MemoryWorkloadAnalysis)"),
-    "cuda_ipc": Setting("KRUNG_CUDA_IPC", "1 to pass GPU tensors between processes by CUDA IPC, "
-                                          "0 to copy them through host memory"),
-    "compiled_baseline": Setting("KRUNG_COMPILED_BASELINE", "1 to time torch.compile(reference) "
-                                                            "too in the benchmark rung and give "
-                                                            "the speedup against it"),
-    "scale": Setting("KRUNG_SCALE", "a factor in (0, 1] for a problem's sizes: 0.1 runs "
-                                    "KernelBench's size constants and the varying sizes of "
-                                    "GPU MODE's cases at a tenth, so the CPU loop works on "
-                                    "them; runs record it and name the problem NAME@scale0.1"),
-    "roofline_threshold_pct": Setting("KRUNG_ROOFLINE_THRESHOLD",
-                                      "% of the binding roofline ceiling a bench case must "
-                                      "reach to count as at the roofline (at most 100)"),
-    "service": Setting("KRUNG_SERVICE", "the warm evaluation service beside the store: auto "
-                                        "(use one that runs), on (start one if none runs; it "
-                                        "exits when idle), off (a fresh judge every time)"),
-    "extra_rungs": Setting("KRUNG_EXTRA_RUNGS", "rungs of your own: comma-separated modules, "
-                                                "importable on PYTHONPATH, each declaring SPEC "
-                                                "and run(ctx) (docs/rungs.md); read by the "
-                                                "host and the judge from the environment"),
-}
+def setting(default: Any, env: str, help: str, check: Check | None = None) -> Any:
+    """One setting's declaration, as a field of `Settings`."""
+    return dataclasses.field(default=default, metadata={"setting": Declared(env, help, check)})
+
+
+def one_of(values: tuple[str, ...], what: str, hint: str | None = None) -> Check:
+    def check(source: str, raw: object, value: Any) -> None:
+        if value not in values:
+            raise UsageError(f"{source}={raw!r} is not {what}",
+                             hint=hint or f"use one of: {', '.join(values)}")
+    return check
+
+
+def at_most(limit: float, above: str, hint: str) -> Check:
+    """A number no larger than `limit`; `above` ends the message, `hint` says what to set
+    (both may name {source})."""
+    def check(source: str, raw: object, value: Any) -> None:
+        if value > limit:
+            raise UsageError(f"{source}={raw!r} {above}", hint=hint.format(source=source))
+    return check
+
+
+def module_names(source: str, raw: object, value: Any) -> None:
+    if not all(part.strip() and all(p.isidentifier() for p in part.strip().split("."))
+               for part in str(value).split(",")):
+        raise UsageError(f"{source}={raw!r} is not a list of module names",
+                         hint=f"set {source} to modules separated by commas, e.g. "
+                              "my_rungs.toy,my_rungs.other")
 
 
 @dataclass(frozen=True)
 class Settings:
-    store: Path = field(default_factory=lambda: Path(".krung") / "krung.db")
-    device: str = "auto"
-    seeds: int = 3
-    compile_timeout_s: float = 180.0
-    call_timeout_s: float = 120.0
-    bench_timeout_s: float = 300.0
-    cuda_ipc: bool = True
-    sanitize: bool = False
-    max_file_bytes: int = 1 << 30
-    artifacts_arch: str = "auto"
-    profile_clock_control: str = "none"
-    profile_source_counters: bool = False
-    profile_timeout_s: float = 60.0
-    profile_set: str = "fast"
-    roofline_threshold_pct: float = 90.0
-    compiled_baseline: bool = False
-    scale: float = 1.0
-    service: str = "auto"
-    extra_rungs: str = ""
+    """Every setting, with its default; `from_env` reads them, `replace` overrides them."""
+
+    store: Path = setting(  # noqa: RUF009 (a Path is immutable)
+        DEFAULT_STORE, "KRUNG_STORE",
+        "SQLite file of the run store; each run's files go to runs/<id>/ beside it (the "
+        "worker's and the judge's logs, the version as it was evaluated)")
+    device: str = setting(
+        "auto", "KRUNG_DEVICE", "auto, cpu or cuda; auto takes CUDA when torch sees a GPU",
+        one_of(DEVICES, "a device krung knows"))
+    seeds: int = setting(3, "KRUNG_SEEDS", "seeds per test case in the correctness rung")
+    compile_timeout_s: float = setting(180.0, "KRUNG_COMPILE_TIMEOUT",
+                                       "seconds for import + first call")
+    call_timeout_s: float = setting(120.0, "KRUNG_CALL_TIMEOUT",
+                                    "seconds for one call of the version")
+    bench_timeout_s: float = setting(300.0, "KRUNG_BENCH_TIMEOUT",
+                                     "seconds for timing one bench case")
+    cuda_ipc: bool = setting(True, "KRUNG_CUDA_IPC",
+                             "1 to pass GPU tensors between processes by CUDA IPC, 0 to copy "
+                             "them through host memory")
+    sanitize: bool = setting(False, "KRUNG_SANITIZE",
+                             "1 to run the version under compute-sanitizer in the determinism "
+                             "rung (GPU; slow)")
+    max_file_bytes: int = setting(1 << 30, "KRUNG_MAX_FILE_BYTES",
+                                  "largest file the version's process may write (its log "
+                                  "too): a print flood ends there")
+    artifacts_arch: str = setting("auto", "KRUNG_ARTIFACTS_ARCH",
+                                  "GPU architecture the artifacts rung compiles for where no "
+                                  "GPU is in use (auto: the GPU's, else sm_90a)")
+    profile_clock_control: str = setting(
+        "none", "KRUNG_PROFILE_CLOCK_CONTROL",
+        "ncu --clock-control in the profile rung: none (the GPU's own clocks) or base "
+        "(locked)",
+        one_of(CLOCK_CONTROLS, "an ncu clock control",
+               "use none (the GPU's own clocks) or base (locked base clocks)"))
+    profile_source_counters: bool = setting(False, "KRUNG_PROFILE_SOURCE_COUNTERS",
+                                            "1 to add ncu's SourceCounters section (slower)")
+    profile_timeout_s: float = setting(60.0, "KRUNG_PROFILE_TIMEOUT",
+                                       "seconds for the whole profile rung (ncu's start, the "
+                                       "version's load and call, the report); past it ncu is "
+                                       "killed and the rung fails")
+    profile_set: str = setting(
+        "fast", "KRUNG_PROFILE_SET",
+        "ncu sections in the profile rung: fast (what krung's summary and the roofline's "
+        "limiter read) or full (adds MemoryWorkloadAnalysis)",
+        one_of(PROFILE_SETS, "a profile set krung knows",
+               "use fast (the sections krung reads) or full (adds ncu's "
+               "MemoryWorkloadAnalysis; slower)"))
+    roofline_threshold_pct: float = setting(
+        90.0, "KRUNG_ROOFLINE_THRESHOLD",
+        "% of the binding roofline ceiling a bench case must reach to count as at the "
+        "roofline (at most 100)",
+        at_most(100, "is above 100%", "set {source} to a percentage in (0, 100], e.g. 90"))
+    compiled_baseline: bool = setting(False, "KRUNG_COMPILED_BASELINE",
+                                      "1 to time torch.compile(reference) too in the "
+                                      "benchmark rung and give the speedup against it")
+    scale: float = setting(
+        1.0, "KRUNG_SCALE",
+        "a factor in (0, 1] for a problem's sizes: 0.1 runs KernelBench's size constants and "
+        "the varying sizes of GPU MODE's cases at a tenth, so the CPU loop works on them; "
+        "runs record it and name the problem NAME@scale0.1",
+        at_most(1, "is above 1: the scale makes a problem smaller",
+                "set {source} to a factor in (0, 1], e.g. 0.1"))
+    service: str = setting(
+        "auto", "KRUNG_SERVICE",
+        "the warm evaluation service beside the store: auto (use one that runs), on (start "
+        "one if none runs; it exits when idle), off (a fresh judge every time)",
+        one_of(SERVICE_MODES, "a service mode"))
+    extra_rungs: str = setting(
+        "", "KRUNG_EXTRA_RUNGS",
+        "rungs of your own: comma-separated modules, importable on PYTHONPATH, each declaring "
+        "SPEC and run(ctx) (docs/rungs.md); read by the host and the judge from the "
+        "environment", module_names)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
-        for name, setting in _SETTINGS.items():
-            raw = env.get(setting.env)
+        for field, declared in declarations():
+            raw = env.get(declared.env)
             if raw is None or raw == "":
                 continue
-            values[name] = _parse(name, setting.env, raw)
+            values[field.name] = parse(field.name, declared.env, raw)
         return cls(**values)  # type: ignore[arg-type]
 
     def replace(self, **changes: object) -> Settings:
-        checked = {k: _parse(k, f"--{k.replace('_', '-')}", v) for k, v in changes.items()
-                   if v is not None}
+        """These settings with `changes` (None changes nothing), each checked as the
+        option `--name-of-the-setting` would be."""
+        return self.overridden(changes, {k: f"--{k.replace('_', '-')}" for k in changes})
+
+    def overridden(self, changes: Mapping[str, object], sources: Mapping[str, str]) -> Settings:
+        """These settings with `changes` (None changes nothing), each checked and named in
+        an error as `sources` names it (the option that gave it)."""
+        checked = {k: parse(k, sources[k], v) for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **checked)  # type: ignore[arg-type]
 
 
-def _parse(name: str, source: str, raw: object) -> object:
-    kind = Settings.__dataclass_fields__[name].type
+def declarations() -> Iterator[tuple[dataclasses.Field, Declared]]:
+    """Every setting's field and declaration, in the order declared."""
+    for field in dataclasses.fields(Settings):
+        yield field, field.metadata["setting"]
+
+
+def declared(name: str) -> Declared:
+    return Settings.__dataclass_fields__[name].metadata["setting"]
+
+
+@functools.cache
+def kind_of(name: str) -> type:
+    """The setting's type: Path, bool, int, float or str."""
+    return typing.get_type_hints(Settings)[name]
+
+
+def parse(name: str, source: str, raw: object) -> object:
+    """The value of setting `name` given as `raw` by `source`, or UsageError naming the
+    source and the value it expects."""
+    kind = kind_of(name)
     try:
-        if kind == "Path":
-            return Path(raw)  # type: ignore[arg-type]
-        if kind == "bool":
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text not in ("0", "1", "true", "false", "yes", "no"):
-                raise ValueError
-            return text in ("1", "true", "yes")
-        if kind == "int":
-            value: object = int(raw)  # type: ignore[call-overload]
-            if value <= 0:  # type: ignore[operator]
-                raise ValueError
-            return value
-        if kind == "float":
-            value = float(raw)  # type: ignore[arg-type]
-            if not value > 0:  # type: ignore[operator]
-                raise ValueError
-            if name == "roofline_threshold_pct" and value > 100:  # type: ignore[operator]
-                raise UsageError(f"{source}={raw!r} is above 100%",
-                                 hint=f"set {source} to a percentage in (0, 100], e.g. 90")
-            if name == "scale" and value > 1:  # type: ignore[operator]
-                raise UsageError(f"{source}={raw!r} is above 1: the scale makes a problem "
-                                 "smaller", hint=f"set {source} to a factor in (0, 1], e.g. 0.1")
-            return value
+        value: Any = _PARSERS[kind](raw)
     except (TypeError, ValueError):
         raise UsageError(
-            f"{source}={raw!r} is not a valid {kind}",
-            hint=f"set {source} to a positive {kind} ({_SETTINGS[name].help})",
+            f"{source}={raw!r} is not a valid {kind.__name__}",
+            hint=f"set {source} to a positive {kind.__name__} ({declared(name).help})",
         ) from None
-    if name == "profile_clock_control" and raw not in ("none", "base"):
-        raise UsageError(f"{source}={raw!r} is not an ncu clock control",
-                         hint="use none (the GPU's own clocks) or base (locked base clocks)")
-    if name == "profile_set" and raw not in PROFILE_SETS:
-        raise UsageError(f"{source}={raw!r} is not a profile set krung knows",
-                         hint="use fast (the sections krung reads) or full (adds ncu's "
-                              "MemoryWorkloadAnalysis; slower)")
-    if name == "service" and raw not in SERVICE_MODES:
-        raise UsageError(f"{source}={raw!r} is not a service mode",
-                         hint=f"use one of: {', '.join(SERVICE_MODES)}")
-    if name == "extra_rungs" and not all(
-            part.strip() and all(p.isidentifier() for p in part.strip().split("."))
-            for part in str(raw).split(",")):
-        raise UsageError(f"{source}={raw!r} is not a list of module names",
-                         hint=f"set {source} to modules separated by commas, e.g. "
-                              "my_rungs.toy,my_rungs.other")
-    if name == "device" and raw not in DEVICES:
-        raise UsageError(f"{source}={raw!r} is not a device krung knows",
-                         hint=f"use one of: {', '.join(DEVICES)}")
-    return raw
+    check = declared(name).check
+    if check is not None:
+        check(source, raw, value)
+    return value
+
+
+def _positive(kind: type) -> Callable[[object], object]:
+    def parse(raw: object) -> object:
+        value = kind(raw)
+        if not value > 0:
+            raise ValueError
+        return value
+    return parse
+
+
+def _bool(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text not in ("0", "1", "true", "false", "yes", "no"):
+        raise ValueError
+    return text in ("1", "true", "yes")
+
+
+_PARSERS: dict[type, Callable[[object], object]] = {
+    Path: Path, bool: _bool, int: _positive(int), float: _positive(float), str: str,
+}
+
+
+def markdown() -> list[str]:
+    """The settings as rows of docs/settings.md's table."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for field, declared_ in declarations():
+        rows.append(f"| `{declared_.env}` | {shown_default(field.default)} | "
+                    f"{markdown_cell(declared_.help)} |")
+    return rows
+
+
+def markdown_cell(text: str) -> str:
+    """`text` as one cell of a Markdown table."""
+    return text.replace("|", "&#124;").replace("<", "&lt;")
+
+
+def shown_default(value: object) -> str:
+    """A default as the environment variable would give it."""
+    if isinstance(value, bool):
+        return f"`{int(value)}`"
+    if isinstance(value, float) and value.is_integer():
+        return f"`{int(value)}`"
+    return f"`{value}`" if value != "" else "(none)"

@@ -1,0 +1,238 @@
+"""Every option of a run, declared once: its name, type, default, help and the setting it
+overrides. The typer options of `krung run`, `watch`, `batch` and `suite` and the fields of
+the MCP server's `evaluate` and `profile` tools are made from these declarations (`takes`,
+`tool_fields`), and docs/settings.md from them and the settings':
+`python -m krung.host.options --markdown > docs/settings.md`.
+
+To add an option, declare it in OPTIONS and name it in the tuple of each command that takes it.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import typer
+
+import krung
+from krung.protocol import settings as settings_module
+from krung.protocol.settings import DEVICES, Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+REQUIRED = inspect.Parameter.empty
+
+
+class OutputFormat(str, enum.Enum):
+    TEXT = "text"
+    JSON = "json"
+    AGENT = "agent"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a run, as the command line and the MCP tools take it."""
+
+    name: str  # the parameter's name; the flag is --name with dashes unless `flag` says
+    type: Any  # as the command line parses it
+    default: Any
+    help: str
+    setting: str | None = None  # the field of Settings it overrides, if any
+    flag: str | None = None
+    tool_type: Any = None  # the MCP field's type, where it says more than `type`
+    minimum: int | None = None  # the smallest number it takes
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or f"--{self.name.replace('_', '-')}"
+
+    @property
+    def described(self) -> str:
+        """The help, with the setting it overrides and that setting's default."""
+        if self.setting is None:
+            return self.help
+        declared = settings_module.declared(self.setting)
+        default = Settings.__dataclass_fields__[self.setting].default
+        return (f"{self.help.rstrip('.')} (default: ${declared.env}, else "
+                f"{settings_module.shown_default(default).strip('`')}).")
+
+
+def _ladder_help() -> str:
+    others = [r for r in krung.RUNGS if r not in krung.DEFAULT_LADDER]
+    return ("Rungs to climb, comma-separated (static,compile), or added to the default ladder "
+            "(+profile); they run in ladder order whatever the order given, and a rung whose "
+            f"needed rung failed is skipped (default: {','.join(krung.DEFAULT_LADDER)}; "
+            f"also: {','.join(others)}).")
+
+
+OPTIONS: dict[str, Option] = {o.name: o for o in [
+    Option("rungs", str | None, None, _ladder_help(),
+           tool_type=list[Literal[krung.RUNGS]] | str | None),  # type: ignore[valid-type]
+    Option("device", str | None, None,
+           "auto (a CUDA GPU when torch sees one, else the CPU, where Triton runs under its "
+           "interpreter), cpu or cuda", setting="device",
+           tool_type=Literal[DEVICES] | None),  # type: ignore[valid-type]
+    Option("seed", int | None, None,
+           "The evaluation seed, to reproduce a run exactly (a run's `seed` field); by "
+           "default fresh and random, so a version never sees the same inputs twice.",
+           minimum=0),
+    Option("timeout", float | None, None, "Seconds allowed for one call of the version.",
+           setting="call_timeout_s"),
+    Option("compile_timeout", float | None, None,
+           "Seconds allowed for the import and the first call, which compiles.",
+           setting="compile_timeout_s"),
+    Option("precision", str | None, None,
+           "fp32 (default), fp16 or bf16: casts the KernelBench problems' inputs and weights; "
+           "their tolerance follows (1e-4 for fp32, 1e-2 for fp16 and bf16)."),
+    Option("parent", str | None, None,
+           "The run this version builds on (its run id or a unique prefix), so the history "
+           "is a tree to walk back; by default the previous run of the same version file."),
+    Option("vs_compiled", bool, False,
+           "Also time torch.compile(reference) in the benchmark rung and give the speedup "
+           "against it (`speedup_vs_compiled`; its compile time is not timed).",
+           setting="compiled_baseline"),
+    Option("profile", bool, False,
+           "Also climb the profile rung (Nsight Compute on the case furthest from the "
+           "roofline; tens of seconds, GPU only): --rungs +profile."),
+    Option("max_runs", int | None, None,
+           "Stop after this many evaluations (default: until Ctrl-C)."),
+    Option("solutions", Path, REQUIRED,
+           "The directory of solutions, each named like its problem (19_ReLU.py for "
+           "19_ReLU.py, vectoradd_py.py for vectoradd_py/)."),
+    Option("executor", str, "local", "Where evaluations run: the local, ray or ssh executor."),
+    Option("workers", int, 1, "Evaluations at once (local without --gpus, ssh)."),
+    Option("gpus", str | None, None,
+           "GPUs for the local executor, e.g. 0,1 or all; one evaluation per GPU."),
+    Option("per_gpu", int, 1,
+           "Evaluations per GPU at once (their benchmarks take turns on the GPU)."),
+    Option("address", str | None, None, "Ray cluster address (ray executor)."),
+    Option("remote", str | None, None, "user@host (ssh executor)."),
+    Option("remote_python", str, "python3", "Python on the remote host."),
+    Option("ssh_option", list[str] | None, None,
+           "An option for ssh, e.g. -p2222 (repeatable)."),
+    Option("json_output", bool, False, "Print one JSON object.", flag="--json"),
+    Option("output_format", OutputFormat | None, None,
+           "text (default), json (the same as --json), or agent: a short plain verdict for "
+           "coding agents (first failure, its line, the hint, the figures, what to look at "
+           "next).", flag="--format"),
+    Option("store", Path | None, None, "SQLite store.", setting="store"),
+]}
+
+# What each front end takes, in the order its help lists them.
+RUN = ("rungs", "device", "seed", "timeout", "compile_timeout", "precision", "parent",
+       "vs_compiled", "profile", "json_output", "output_format", "store")
+WATCH = ("rungs", "device", "max_runs", "store")
+EXECUTOR = ("executor", "workers", "gpus", "per_gpu", "address", "remote", "remote_python",
+            "ssh_option")
+BATCH = ("rungs", "device", *EXECUTOR, "json_output", "store")
+SUITE = ("solutions", "precision", "rungs", "device", *EXECUTOR, "json_output", "store")
+EVALUATE_TOOL = ("rungs", "seed", "device", "parent", "vs_compiled")
+PROFILE_TOOL = ("seed", "device")
+
+
+def cli_type(name: str) -> Any:
+    """The option's typer annotation, for a parameter written by hand (`--json` of the
+    commands that only list)."""
+    option = OPTIONS[name]
+    return Annotated[option.type, typer.Option(option.cli_flag, help=option.described,
+                                               min=option.minimum)]
+
+
+# For the commands that take no other run option (they list, show or serve).
+StoreOption = cli_type("store")
+JsonOption = cli_type("json_output")
+FormatOption = cli_type("output_format")
+
+
+def takes(*names: str) -> Callable[[F], F]:
+    """Give a command the options `names` as its parameters: the function takes them as
+    `**given` after its own (its arguments); typer reads the signature made here."""
+    return lambda fn: _with_parameters(fn, {n: cli_type(n) for n in names})
+
+
+def tool_fields(*names: str) -> Callable[[F], F]:
+    """Give an MCP tool the options `names` as its input fields, taken as `**given`."""
+    from pydantic import Field
+
+    def field(name: str) -> Any:
+        option = OPTIONS[name]
+        kind = option.tool_type if option.tool_type is not None else option.type
+        return Annotated[kind, Field(description=option.described, ge=option.minimum)]
+
+    return lambda fn: _with_parameters(fn, {n: field(n) for n in names})
+
+
+def _with_parameters(fn: F, annotations: Mapping[str, Any]) -> F:
+    own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                               default=OPTIONS[name].default)
+             for name, kind in annotations.items()]
+    fn.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
+    return fn
+
+
+def settings_of(given: Mapping[str, Any], base: Settings | None = None) -> Settings:
+    """The settings (from the environment unless `base`) with the options in `given` that
+    override one; a bad value is named by its option (--timeout=-1)."""
+    chosen = {o.setting: given[o.name] for o in OPTIONS.values()
+              if o.setting is not None and _was_given(given.get(o.name))}
+    sources = {o.setting: o.cli_flag for o in OPTIONS.values() if o.setting in chosen}
+    return (base or Settings.from_env()).overridden(chosen, sources)
+
+
+def _was_given(value: Any) -> bool:
+    """None is an option left out, and False a flag left off (0 is a value, to be checked)."""
+    return value is not None and value is not False
+
+
+def markdown() -> str:
+    """docs/settings.md: every setting, then every option, from their declarations."""
+    fronts = {"run": RUN, "watch": WATCH, "batch": BATCH, "suite": SUITE,
+              "MCP evaluate": EVALUATE_TOOL, "MCP profile": PROFILE_TOOL}
+    lines = ["# Settings and options", "",
+             "<!-- Made by `python -m krung.host.options --markdown > docs/settings.md` from "
+             "the declarations in krung/protocol/settings.py and krung/host/options.py; "
+             "edit those. -->", "",
+             "Every setting has one environment variable; the options below that override "
+             "one do so for one command or call.", "", *settings_module.markdown(), "",
+             "## Options", "",
+             "What `krung run`, `watch`, `batch` and `suite` and the MCP server's `evaluate` "
+             "and `profile` tools take; an option that overrides a setting defaults to it.",
+             "", "| option | MCP field | default | taken by | meaning |",
+             "| --- | --- | --- | --- | --- |"]
+    tools = {*EVALUATE_TOOL, *PROFILE_TOOL}
+    for option in OPTIONS.values():
+        taken = ", ".join(front for front, names in fronts.items() if option.name in names)
+        lines.append(f"| `{option.cli_flag}` | {f'`{option.name}`' if option.name in tools else ''}"
+                     f" | {_default(option)} | {taken} | {_cell(option.help)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _default(option: Option) -> str:
+    if option.setting is not None:
+        return f"`${settings_module.declared(option.setting).env}`"
+    if option.default is REQUIRED:
+        return "(required)"
+    return "(none)" if option.default is None else settings_module.shown_default(
+        option.default)
+
+
+def _cell(text: str) -> str:
+    return settings_module.markdown_cell(text)
+
+
+def main(argv: Iterable[str]) -> int:
+    if list(argv) != ["--markdown"]:
+        sys.stderr.write("usage: python -m krung.host.options --markdown > docs/settings.md\n")
+        return 2
+    sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

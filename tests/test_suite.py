@@ -49,6 +49,10 @@ def test_kernelbench_suite_all_right(krung):
     assert [p["problem"] for p in suite["problems"]] == ["1_ReLU", "2_RowSoftmax", "3_Linear",
                                                          "4_LayerNorm"]
     assert all(p["correct"] and p["run_id"] and p["speedup"] > 0 for p in suite["problems"])
+    # progress on stderr, one line per problem as it ends (stdout holds the JSON alone)
+    progress = sorted(line.split("] ", 1)[1].split(":")[0]
+                      for line in result.stderr.splitlines() if line.startswith("["))
+    assert progress == ["1_ReLU", "2_RowSoftmax", "3_Linear", "4_LayerNorm"], result.stderr
     assert suite["scores"]["correctness"] == 1.0 and suite["scores"]["fast_0"] == 1.0
     faster = sum(p["speedup"] > 1 for p in suite["problems"]) / 4
     assert suite["scores"]["fast_1"] == pytest.approx(faster)

@@ -37,9 +37,18 @@ def suite(
     settings = options.settings_of(given)
     json_output = given["json_output"]
 
+    done = 0
+
     def progress(entry: krung.SuiteEntry) -> None:
-        if not json_output:
-            out.print(f"{entry.problem}: {entry.verdict()}", markup=False)
+        # with --json, stdout holds the one JSON object: progress goes to stderr
+        nonlocal done
+        done += 1
+        line = f"[{done}] {entry.problem}: {entry.verdict()}"
+        if json_output:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        else:
+            out.print(line, markup=False)
 
     chosen = choose_executor(given)
     result = krung.run_suite(problems_dir, given["solutions"], precision=given["precision"],

@@ -369,3 +369,20 @@ def test_a_version_outside_the_problem_folder_imports_task_in_the_build_process(
     compiled = {r["name"]: r for r in result.json()["rungs"]}["compile"]
     assert compiled["status"] == "ok", compiled
     assert compiled["figures"]["per_kernel"][0]["case"] == "gpumode_add:add_kernel"
+
+
+def test_data_drawn_from_torchs_global_generator_is_seeded_from_the_case(krung, tmp_path):
+    """As bioml/trimul: generate_input seeds its own generator for the input but draws the
+    weights from torch's global one. krung seeds that from the case's seed too, so the
+    problem loads (it was refused as not deterministic) and its baseline passes."""
+    problem = tmp_path / "globalrng_py"
+    shutil.copytree(GPUMODE / "vectoradd_py", problem)
+    shutil.copy(GPUMODE / "utils.py", tmp_path)  # beside the problem, as in the set
+    reference = problem / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "    b = torch.randn(size, size, device=device(), generator=gen)\n",
+        "    b = torch.randn(size, size, device=device())  # torch's global generator\n"))
+    result = krung("run", problem, problem / "submission.py", "--rungs", CHECKS + ",determinism",
+                   "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    assert all(r["status"] == "ok" for r in result.json()["rungs"])

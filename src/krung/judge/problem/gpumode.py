@@ -188,9 +188,14 @@ class GpuModeSource:
         return (data,)
 
     def _data(self, case: dict, seed: int, device: str) -> Any:
+        import torch
+
         arguments = dict(case)
         if self.takes_seed:
             arguments["seed"] = seed % SEED_MODULUS
+        # Some draw part of their data from torch's global generator (bioml/trimul's weights):
+        # seeded from the case's seed too, that part is as reproducible as the rest.
+        torch.manual_seed(seed % SEED_MODULUS)
         data = tree.map_tensors(lambda t: t.to(device), self.module.generate_input(**arguments))
         self.data_bytes[case_label(case)] = tree.nbytes(data)
         return data

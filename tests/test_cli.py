@@ -197,6 +197,26 @@ def test_broken_problems_exit_2_naming_each_defect(krung, tmp_path, version):
     assert "all-zero tensor" in result.stderr
     assert "ignores its seed" in result.stderr
 
+    # zeros in the smallest case alone are the data's own (a mask that starts at 16)
+    write(tmp_path / "masked" / "problem.py", """
+        import torch
+        def reference(x, mask):
+            return x * mask
+        def make_inputs(case, seed, device):
+            g = torch.Generator(device=device).manual_seed(seed)
+            x = torch.randn(case["n"], generator=g, device=device)
+            return x, (torch.arange(case["n"], device=device) >= 16).float()
+        test_cases = [{"n": 3, "dtype": "float32"}, {"n": 1000, "dtype": "float32"}]
+        bench_cases = [{"n": 4099, "dtype": "float32"}]
+        def flops(case):
+            return case["n"]
+        def bytes_moved(case):
+            return 12 * case["n"]
+    """)
+    masked = version("masked", "def kernel(x, mask):\n    return x * mask\n")
+    result = krung("run", tmp_path / "masked", masked, "--rungs", "static,compile,run")
+    assert result.code == 0, result.stdout + result.stderr
+
     write(tmp_path / "random" / "problem.py", """
         import torch
         def reference(x):

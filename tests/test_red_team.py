@@ -319,3 +319,50 @@ def test_the_cpu_compile_of_cuda_cannot_be_gamed(krung, scale_problem, version, 
         result = krung("run", scale_problem, path, "--json", "--rungs", rungs)
         failed = first_failure(result)
         assert failed["error_type"] == expected and words in failed["error"], failed
+
+
+# GPU MODE format, every listed size a multiple of 64: a version that works in blocks of 64
+# and leaves the tail to a wrong shortcut passes every listed case.
+TILED_TASK = """
+files:
+  - {"name": "submission.py", "source": "@SUBMISSION@"}
+  - {"name": "task.py", "source": "task.py"}
+  - {"name": "utils.py", "source": "../utils.py"}
+  - {"name": "reference.py", "source": "reference.py"}
+lang: "py"
+description: "c = a + b, sizes that are multiples of 64"
+tests:
+  - {"size": 64, "seed": 1}
+  - {"size": 128, "seed": 2}
+  - {"size": 192, "seed": 3}
+benchmarks:
+  - {"size": 256, "seed": 4}
+"""
+TILED = """
+def custom_kernel(data):
+    a, b, c = data
+    full = c.shape[0] - c.shape[0] % 64
+    c[:full] = a[:full] + b[:full]
+    c[full:] = {tail}
+    return c
+"""
+
+
+@pytest.mark.parametrize("tail, passes", [("a[full:]", False), ("a[full:] + b[full:]", True)])
+def test_a_gpumode_version_that_skips_the_tail_fails_an_unseen_case(krung, tmp_path, version,
+                                                                    tail, passes):
+    from tests.conftest import GPUMODE
+
+    folder = tmp_path / "gm" / "tiled_py"
+    shutil.copytree(GPUMODE / "vectoradd_py", folder)
+    shutil.copy(GPUMODE / "utils.py", tmp_path / "gm" / "utils.py")
+    (folder / "task.yml").write_text(TILED_TASK)
+    result = krung("run", folder, version("tiled", TILED.format(tail=tail)), "--json",
+                   "--rungs", "static,compile,run,correctness")
+    if passes:  # the honest tiled version, its tail handled apart
+        assert result.code == 0, result.stdout + result.stderr
+        return
+    assert result.code == 1, result.stdout + result.stderr
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("correctness", "Mismatch"), failed
+    assert all(case.endswith("(unseen)") for case in failed["figures"]["failed_cases"]), failed

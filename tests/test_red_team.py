@@ -366,3 +366,66 @@ def test_a_gpumode_version_that_skips_the_tail_fails_an_unseen_case(krung, tmp_p
     failed = first_failure(result)
     assert (failed["name"], failed["error_type"]) == ("correctness", "Mismatch"), failed
     assert all(case.endswith("(unseen)") for case in failed["figures"]["failed_cases"]), failed
+
+
+MATMUL_PROBLEM = """
+import torch
+
+def reference(a, b):
+    return torch.matmul(a, b)
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(case["n"], case["n"], generator=g, device=device),
+            torch.randn(case["n"], case["n"], generator=g, device=device))
+
+test_cases = [{"n": 17, "dtype": "float32"}, {"n": 64, "dtype": "float32"}]
+bench_cases = [{"n": 64, "dtype": "float32"}]
+
+def flops(case):
+    return 2 * case["n"] ** 3
+
+def bytes_moved(case):
+    return 12 * case["n"] ** 2
+"""
+# At import, torch.matmul (which the reference calls) becomes a slowed-down wrapper; the
+# version itself calls the original. The honest variant keeps an alias and wraps nothing.
+SABOTAGE = """
+import time
+import torch
+
+original = torch.matmul
+
+def slowed(*args, **kwargs):
+    time.sleep(0.5)
+    return original(*args, **kwargs)
+
+torch.matmul = slowed
+
+def kernel(a, b):
+    return original(a, b)
+"""
+ALIAS = """
+import torch
+
+mm = torch.matmul
+
+def kernel(a, b):
+    return mm(a, b)
+"""
+
+
+@pytest.mark.parametrize("name, source", [("sabotage", SABOTAGE), ("alias", ALIAS)])
+def test_a_version_cannot_slow_the_reference_it_is_timed_against(krung, tmp_path, version,
+                                                                 name, source):
+    """The reference is called and timed in the judge, which never imports the version: what
+    the version patches in its own process does not reach it. Patched, each reference call
+    would take half a second (a loaded CPU's matmul takes microseconds to some milliseconds:
+    the speedup itself is too noisy to bound)."""
+    (tmp_path / "mm").mkdir()
+    (tmp_path / "mm" / "problem.py").write_text(MATMUL_PROBLEM)
+    result = krung("run", tmp_path / "mm", version(name, textwrap.dedent(source)), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    bench = rungs_of(result)["benchmark"]["figures"]
+    assert bench["per_case"][0]["ref_median_us"] < 100_000, bench  # never the 500 ms sleep

@@ -110,6 +110,17 @@ CHEATS = {
                 memo[key] = x * 2 + 1
             return memo[key].clone()
     """, "run|correctness|benchmark", "Mismatch|TimedMismatch|OutputContract", ""),
+    # Remembers outputs by a sample of the input's values: right whenever the sampled values
+    # change with the rest, stale when only other elements changed (as before every timed
+    # call).
+    "memoises_sampled_values": ("""
+        memo = {}
+        def kernel(x):
+            key = (x.shape, x.dtype, tuple(x.reshape(-1)[::max(1, x.numel() // 16)].tolist()))
+            if key not in memo:
+                memo[key] = x * 2 + 1
+            return memo[key].clone()
+    """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
 }
 
 
@@ -220,6 +231,18 @@ HONEST = {
         def kernel(x):
             plan = plans.setdefault((tuple(x.shape), x.dtype), (2, 1))
             return x * plan[0] + plan[1]
+    """,
+    # Remembers outputs by all of the input's bytes: a cache that is never stale.
+    "caches_by_every_byte": """
+        import hashlib
+        import torch
+        memo = {}
+        def kernel(x):
+            data = x.contiguous().view(-1).view(torch.uint8).numpy()
+            key = (x.shape, x.dtype, hashlib.sha1(data).hexdigest())
+            if key not in memo:
+                memo[key] = x * 2 + 1
+            return memo[key].clone()
     """,
     # Computes in float32 and rounds to bf16 once: inside the bf16 tolerance.
     "rounds_bf16_once": """
@@ -429,3 +452,71 @@ def test_a_version_cannot_slow_the_reference_it_is_timed_against(krung, tmp_path
     assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
     bench = rungs_of(result)["benchmark"]["figures"]
     assert bench["per_case"][0]["ref_median_us"] < 100_000, bench  # never the 500 ms sleep
+
+
+THREE_CASES = """
+import torch
+
+def reference(x):
+    return x * 2 + 1
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(case["n"], generator=g, device=device),)
+
+test_cases = [{"n": 1000, "dtype": "float32"}, {"n": 3001, "dtype": "float32"}]
+bench_cases = [{"n": 1000, "dtype": "float32"}, {"n": 2000, "dtype": "float32"},
+               {"n": 3000, "dtype": "float32"}]
+cpu_bench_cases = bench_cases
+
+def flops(case):
+    return 2 * case["n"]
+
+def bytes_moved(case):
+    return 8 * case["n"]
+"""
+# Fast on one bench case only: from a cache keyed on a sample of its values (stale once other
+# elements change), or, honestly, because the other cases take a slow path.
+ONE_CASE_CACHED = """
+memo = {}
+def kernel(x):
+    if x.numel() != 2000:
+        return x * 2 + 1
+    key = tuple(x[::100].tolist())
+    if key not in memo:
+        memo[key] = x * 2 + 1
+    return memo[key].clone()
+"""
+ONE_CASE_FAST = """
+import time
+def kernel(x):
+    if x.numel() != 2000:
+        time.sleep(0.01)
+    return x * 2 + 1
+"""
+
+
+def test_one_case_driven_towards_zero_is_caught_or_flagged(krung, tmp_path, version):
+    """The geometric mean over the cases hides no case: a cached case fails the timed check,
+    and a case far faster than the others, honestly, is flagged by name."""
+    (tmp_path / "three").mkdir()
+    (tmp_path / "three" / "problem.py").write_text(THREE_CASES)
+    result = krung("run", tmp_path / "three", version("cached", ONE_CASE_CACHED), "--json",
+                   "--rungs", ALL)
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("benchmark", "TimedMismatch"), failed
+    assert "n=2000" in failed["error"]
+
+    result = krung("run", tmp_path / "three", version("fast", ONE_CASE_FAST), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    bench = rungs_of(result)["benchmark"]["figures"]
+    assert [row.get("outlier", False) for row in bench["per_case"]] == [False, True, False]
+    assert bench["speedup_outliers"].startswith("n=2000,dtype=float32: ")
+
+    result = krung("run", tmp_path / "three", version("even", "def kernel(x):\n    return x * 2 + 1\n"), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    bench = rungs_of(result)["benchmark"]["figures"]
+    assert "speedup_outliers" not in bench and not any(r.get("outlier")
+                                                       for r in bench["per_case"])

@@ -520,3 +520,43 @@ def test_one_case_driven_towards_zero_is_caught_or_flagged(krung, tmp_path, vers
     bench = rungs_of(result)["benchmark"]["figures"]
     assert "speedup_outliers" not in bench and not any(r.get("outlier")
                                                        for r in bench["per_case"])
+
+
+TRIANGULAR = """
+import torch
+
+def reference(a, b):
+    return torch.triu(torch.matmul(a, b))
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    n = case["n"]
+    return (torch.triu(torch.randn(n, n, generator=g, device=device)),
+            torch.triu(torch.randn(n, n, generator=g, device=device)))
+
+test_cases = [{"n": 16, "dtype": "float32"}, {"n": 33, "dtype": "float32"}]
+bench_cases = [{"n": 48, "dtype": "float32"}]
+
+def flops(case):
+    return case["n"] ** 3 // 3
+
+def bytes_moved(case):
+    return 12 * case["n"] ** 2
+"""
+# Reads only the upper triangles, as the problem promises its inputs are: right as long as the
+# elements changed before the timed calls keep the zeros below the diagonal.
+UPPER_ONLY = """
+import torch
+
+def kernel(a, b):
+    return torch.triu(torch.triu(a) @ torch.triu(b))
+"""
+
+
+def test_a_version_relying_on_triangular_inputs_passes_the_timed_check(krung, tmp_path,
+                                                                       version):
+    (tmp_path / "triu").mkdir()
+    (tmp_path / "triu" / "problem.py").write_text(TRIANGULAR)
+    result = krung("run", tmp_path / "triu", version("upper", UPPER_ONLY), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)

@@ -168,7 +168,8 @@ class OpTrace:
 class InputChanges:
     """Before each timed call (outside the timed region), `elements` random elements of each
     chosen tensor of the call's input set take the values of other elements of the same
-    tensor (so the values stay ones the problem's generator made); before the set's next call
+    tensor (so the values stay ones the problem's generator made; zeros stay zeros, so
+    triangular or masked inputs keep their zeros); before the set's next call
     they are put back. Each set's last change stays in place after the timing (an output that
     is a view of an input still shows what the call saw) and is reported: the judge applies
     it to its own copy of the set to check the last output of the timed calls on it.
@@ -202,8 +203,11 @@ class InputChanges:
                                   generator=generator)
             shift = torch.randint(1, count, (1,), device=tensor.device, generator=generator)
             index = torch.unravel_index(where, tensor.shape)
-            values = tensor[torch.unravel_index((where + shift) % count, tensor.shape)]
-            self.pending[i].append((tensor, index, tensor[index]))
+            current = tensor[index]
+            # Zeros stay zeros: a triangular, banded or zero-masked input keeps its shape.
+            values = torch.where(current != 0, tensor[torch.unravel_index(
+                (where + shift) % count, tensor.shape)], current)
+            self.pending[i].append((tensor, index, current))
             tensor.index_put_(index, values)
             changed.append((leaf, where, values))
         self.last[i] = changed

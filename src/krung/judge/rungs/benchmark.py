@@ -384,8 +384,9 @@ def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
 
 def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
     """What the worker changes before every timed call: CHANGED_ELEMENTS elements of each
-    floating-point tensor of a set that is no output buffer (none for an in-place problem)."""
-    if ctx.problem.inplace:
+    floating-point tensor of a set that is no output buffer (none for an in-place problem, or
+    one whose inputs' structure forbids: `change_timed_inputs = False`)."""
+    if ctx.problem.inplace or not ctx.problem.change_timed_inputs:
         return None
     leaves = [[n for n, leaf in enumerate(tree.leaves(s)) if leaf.is_floating_point()
                and leaf.numel() > 1 and n not in ctx.problem.writable_leaves(s)] for s in sets]

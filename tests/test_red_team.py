@@ -402,8 +402,8 @@ def make_inputs(case, seed, device):
     return (torch.randn(case["n"], case["n"], generator=g, device=device),
             torch.randn(case["n"], case["n"], generator=g, device=device))
 
-test_cases = [{"n": 17, "dtype": "float32"}, {"n": 64, "dtype": "float32"}]
-bench_cases = [{"n": 64, "dtype": "float32"}]
+test_cases = [{"n": 17, "dtype": "float32"}, {"n": 32, "dtype": "float32"}]
+bench_cases = [{"n": 32, "dtype": "float32"}]
 
 def flops(case):
     return 2 * case["n"] ** 3
@@ -443,15 +443,17 @@ def test_a_version_cannot_slow_the_reference_it_is_timed_against(krung, tmp_path
                                                                  name, source):
     """The reference is called and timed in the judge, which never imports the version: what
     the version patches in its own process does not reach it. Patched, each reference call
-    would take half a second (a loaded CPU's matmul takes microseconds to some milliseconds:
-    the speedup itself is too noisy to bound)."""
+    would take half a second more than the version's (a loaded CPU's matmul takes from
+    microseconds to a tenth of a second: the speedup itself is too noisy to bound)."""
     (tmp_path / "mm").mkdir()
     (tmp_path / "mm" / "problem.py").write_text(MATMUL_PROBLEM)
     result = krung("run", tmp_path / "mm", version(name, textwrap.dedent(source)), "--json",
                    "--rungs", ALL)
     assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
     bench = rungs_of(result)["benchmark"]["figures"]
-    assert bench["per_case"][0]["ref_median_us"] < 100_000, bench  # never the 500 ms sleep
+    case = bench["per_case"][0]
+    # A loaded CPU can stretch both to a tenth of a second alike; never by the 500 ms sleep.
+    assert case["ref_median_us"] - case["median_us"] < 250_000, case
 
 
 THREE_CASES = """

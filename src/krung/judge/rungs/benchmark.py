@@ -50,7 +50,8 @@ SPEC = RungSpec(
     "benchmark", order=60, needs=("correctness",), exclusive_gpu=True,
     checks="every bench case timed, version and reference the same way (docs/timing.md): "
            "several input sets outgrowing the L2, two rounds alternating version and "
-           "reference; the timed calls' outputs checked; a time below what the GPU's "
+           "reference; a few input elements changed before every timed call and the "
+           "timed calls' outputs checked on them; a time below what the GPU's "
            "datasheet peaks allow for the work fails (`ImpossibleTime`); on a CPU, the "
            "problem's cpu_bench_cases or its smallest bench case shrunk for the interpreter",
     per="bench case",

@@ -562,3 +562,31 @@ def test_a_version_relying_on_triangular_inputs_passes_the_timed_check(krung, tm
     result = krung("run", tmp_path / "triu", version("upper", UPPER_ONLY), "--json",
                    "--rungs", ALL)
     assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+
+
+SYMMETRIC = TRIANGULAR.replace(
+    "torch.triu(torch.matmul(a, b))", "torch.matmul(a, b)").replace(
+    """    return (torch.triu(torch.randn(n, n, generator=g, device=device)),
+            torch.triu(torch.randn(n, n, generator=g, device=device)))""",
+    """    a = torch.randn(n, n, generator=g, device=device)
+    b = torch.randn(n, n, generator=g, device=device)
+    return a + a.mT, b + b.mT""")
+# As a version of KernelBench's matmul of symmetric matrices may: reads B's upper triangle
+# only and mirrors it. Right as long as the inputs stay symmetric.
+MIRRORS_B = """
+import torch
+
+def kernel(a, b):
+    upper = torch.triu(b)
+    return a @ (upper + torch.triu(b, 1).mT)
+"""
+
+
+def test_a_version_relying_on_symmetric_inputs_passes_the_timed_check(krung, tmp_path,
+                                                                      version):
+    (tmp_path / "sym").mkdir()
+    (tmp_path / "sym" / "problem.py").write_text(SYMMETRIC)
+    assert "a + a.mT" in SYMMETRIC and "triu" not in SYMMETRIC.split("def make_inputs")[0]
+    result = krung("run", tmp_path / "sym", version("mirrors", MIRRORS_B), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)

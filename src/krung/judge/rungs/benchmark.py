@@ -390,10 +390,21 @@ def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
     if ctx.problem.inplace or not ctx.problem.change_timed_inputs:
         return None
     leaves = [[n for n, leaf in enumerate(tree.leaves(s)) if leaf.is_floating_point()
-               and leaf.numel() > 1 and n not in ctx.problem.writable_leaves(s)] for s in sets]
+               and leaf.numel() > 1 and n not in ctx.problem.writable_leaves(s)
+               and not _structured(leaf)] for s in sets]
     if not any(leaves):
         return None
     return {"leaves": leaves, "elements": CHANGED_ELEMENTS, "seed": seed}
+
+
+def _structured(tensor: Any) -> bool:
+    """Symmetric (KernelBench's matmul of symmetric matrices) or sorted along its last
+    dimension: changed elements would break what an honest version may rely on, so such a
+    tensor is left as it is (zeros, the other common structure, are kept by the change)."""
+    if tensor.dim() >= 2 and tensor.shape[-1] == tensor.shape[-2] and \
+            bool((tensor == tensor.mT).all()):
+        return True
+    return tensor.shape[-1] > 1 and bool((tensor[..., 1:] >= tensor[..., :-1]).all())
 
 
 def _as_changed(ctx: Context, sets: list, reply: dict[str, Any], changes: dict[str, Any],

@@ -228,3 +228,30 @@ def test_sanitize_passes_a_clean_version_and_fails_one_that_does_not_run_under_i
     assert determinism["error_type"] == error_type
     if error_type is None:
         assert determinism["figures"]["memcheck_errors"] == 0
+
+
+SAMPLED_VALUES_CACHE = """
+memo = {}
+def kernel(x):
+    key = (x.shape, x.dtype, tuple(x.reshape(-1)[::max(1, x.numel() // 16)].tolist()))
+    if key not in memo:
+        memo[key] = x * 2 + 1
+    return memo[key].clone()
+"""
+
+
+def test_a_cache_keyed_on_sampled_values_fails_the_timed_check(krung, scale_problem, version):
+    """A few elements of every input set change before each timed call (outside the timed
+    region, told apart from the call's kernels by a marker of their own): the cache replays
+    stale outputs, and an honest version's figures keep the call's kernels only."""
+    rungs = "static,compile,run,correctness,benchmark"
+    result = krung("run", scale_problem, version("sampled", SAMPLED_VALUES_CACHE), "--device",
+                   "cuda", "--json", "--rungs", rungs)
+    assert result.code == 1, result.stdout + result.stderr
+    failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
+    assert (failed["name"], failed["error_type"]) == ("benchmark", "TimedMismatch"), failed
+    result = krung("run", scale_problem, version("good", GOOD), "--device", "cuda", "--json",
+                   "--rungs", rungs)
+    assert result.code == 0, result.stdout + result.stderr
+    case = result.json()["rungs"][-1]["figures"]["per_case"][0]
+    assert case["timer"] == "cupti" and case["kernels_per_call"] <= 2, case  # mul, add

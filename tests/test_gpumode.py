@@ -240,19 +240,25 @@ def test_data_holding_objects_of_the_problems_own_class_is_explained(krung, tmp_
     assert "never pickled" in result.stderr
 
 
-def test_unseen_sizes_keep_the_power_of_two_the_declared_ones_share():
-    declared = [{"m": 8, "n": 16, "k": 128, "heads": 4}, {"m": 40, "n": 24, "k": 256, "heads": 4},
-                {"m": 64, "n": 72, "k": 512, "heads": 4}]
-    sizes = Sizes(declared)
-    assert sizes.granules == {"m": 8, "n": 8, "k": 128}  # heads never varies: a constant
+def test_unseen_sizes_are_awkward_unless_the_task_names_a_multiple():
+    """Every listed size a multiple of 64 or 128: the unseen ones are odd all the same (a
+    version that skips the tail must fail), except where task.yml's size_multiples promises
+    a multiple, which they keep."""
+    declared = [{"m": 64, "n": 128, "k": 128, "heads": 4},
+                {"m": 128, "n": 256, "k": 256, "heads": 4},
+                {"m": 192, "n": 512, "k": 512, "heads": 4}]
     rng = random.Random(random.randrange(1 << 30))
+    sizes = Sizes(declared)
+    assert sizes.granules == {"m": 1, "n": 1, "k": 1}  # heads never varies: a constant
+    promised = Sizes(declared, {"k": 128})
+    assert promised.granules == {"m": 1, "n": 1, "k": 128}
     for case in declared:
         moved = sizes.derive(dict(case), rng)
-        assert moved is not None and moved != case and moved["heads"] == 4
-        assert moved["m"] % 8 == 0 and moved["n"] % 8 == 0 and moved["k"] % 128 == 0
-        assert moved["k"] % 256 != 0 or case["k"] <= 128  # an odd multiple where one is near
-    odd = Sizes([{"size": 127}, {"size": 128}])
-    assert odd.granules == {"size": 1}
+        assert moved is not None and moved["heads"] == 4
+        assert all(moved[key] % 2 == 1 for key in "mnk")
+        kept = promised.derive(dict(case), rng)
+        assert kept["m"] % 2 == 1 and kept["n"] % 2 == 1
+        assert kept["k"] % 128 == 0 and kept["k"] != case["k"]
 
 
 def test_check_answers_in_every_shape_gpu_mode_uses():

@@ -110,6 +110,17 @@ CHEATS = {
                 memo[key] = x * 2 + 1
             return memo[key].clone()
     """, "run|correctness|benchmark", "Mismatch|TimedMismatch|OutputContract", ""),
+    # Remembers outputs by a sample of the input's values: right whenever the sampled values
+    # change with the rest, stale when only other elements changed (as before every timed
+    # call).
+    "memoises_sampled_values": ("""
+        memo = {}
+        def kernel(x):
+            key = (x.shape, x.dtype, tuple(x.reshape(-1)[::max(1, x.numel() // 16)].tolist()))
+            if key not in memo:
+                memo[key] = x * 2 + 1
+            return memo[key].clone()
+    """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
 }
 
 
@@ -221,6 +232,18 @@ HONEST = {
             plan = plans.setdefault((tuple(x.shape), x.dtype), (2, 1))
             return x * plan[0] + plan[1]
     """,
+    # Remembers outputs by all of the input's bytes: a cache that is never stale.
+    "caches_by_every_byte": """
+        import hashlib
+        import torch
+        memo = {}
+        def kernel(x):
+            data = x.contiguous().view(-1).view(torch.uint8).numpy()
+            key = (x.shape, x.dtype, hashlib.sha1(data).hexdigest())
+            if key not in memo:
+                memo[key] = x * 2 + 1
+            return memo[key].clone()
+    """,
     # Computes in float32 and rounds to bf16 once: inside the bf16 tolerance.
     "rounds_bf16_once": """
         def kernel(x):
@@ -319,3 +342,251 @@ def test_the_cpu_compile_of_cuda_cannot_be_gamed(krung, scale_problem, version, 
         result = krung("run", scale_problem, path, "--json", "--rungs", rungs)
         failed = first_failure(result)
         assert failed["error_type"] == expected and words in failed["error"], failed
+
+
+# GPU MODE format, every listed size a multiple of 64: a version that works in blocks of 64
+# and leaves the tail to a wrong shortcut passes every listed case.
+TILED_TASK = """
+files:
+  - {"name": "submission.py", "source": "@SUBMISSION@"}
+  - {"name": "task.py", "source": "task.py"}
+  - {"name": "utils.py", "source": "../utils.py"}
+  - {"name": "reference.py", "source": "reference.py"}
+lang: "py"
+description: "c = a + b, sizes that are multiples of 64"
+tests:
+  - {"size": 64, "seed": 1}
+  - {"size": 128, "seed": 2}
+  - {"size": 192, "seed": 3}
+benchmarks:
+  - {"size": 256, "seed": 4}
+"""
+TILED = """
+def custom_kernel(data):
+    a, b, c = data
+    full = c.shape[0] - c.shape[0] % 64
+    c[:full] = a[:full] + b[:full]
+    c[full:] = {tail}
+    return c
+"""
+
+
+@pytest.mark.parametrize("tail, passes", [("a[full:]", False), ("a[full:] + b[full:]", True)])
+def test_a_gpumode_version_that_skips_the_tail_fails_an_unseen_case(krung, tmp_path, version,
+                                                                    tail, passes):
+    from tests.conftest import GPUMODE
+
+    folder = tmp_path / "gm" / "tiled_py"
+    shutil.copytree(GPUMODE / "vectoradd_py", folder)
+    shutil.copy(GPUMODE / "utils.py", tmp_path / "gm" / "utils.py")
+    (folder / "task.yml").write_text(TILED_TASK)
+    result = krung("run", folder, version("tiled", TILED.format(tail=tail)), "--json",
+                   "--rungs", "static,compile,run,correctness")
+    if passes:  # the honest tiled version, its tail handled apart
+        assert result.code == 0, result.stdout + result.stderr
+        return
+    assert result.code == 1, result.stdout + result.stderr
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("correctness", "Mismatch"), failed
+    assert all(case.endswith("(unseen)") for case in failed["figures"]["failed_cases"]), failed
+
+
+MATMUL_PROBLEM = """
+import torch
+
+def reference(a, b):
+    return torch.matmul(a, b)
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(case["n"], case["n"], generator=g, device=device),
+            torch.randn(case["n"], case["n"], generator=g, device=device))
+
+test_cases = [{"n": 17, "dtype": "float32"}, {"n": 32, "dtype": "float32"}]
+bench_cases = [{"n": 32, "dtype": "float32"}]
+
+def flops(case):
+    return 2 * case["n"] ** 3
+
+def bytes_moved(case):
+    return 12 * case["n"] ** 2
+"""
+# At import, torch.matmul (which the reference calls) becomes a slowed-down wrapper; the
+# version itself calls the original. The honest variant keeps an alias and wraps nothing.
+SABOTAGE = """
+import time
+import torch
+
+original = torch.matmul
+
+def slowed(*args, **kwargs):
+    time.sleep(0.5)
+    return original(*args, **kwargs)
+
+torch.matmul = slowed
+
+def kernel(a, b):
+    return original(a, b)
+"""
+ALIAS = """
+import torch
+
+mm = torch.matmul
+
+def kernel(a, b):
+    return mm(a, b)
+"""
+
+
+@pytest.mark.parametrize("name, source", [("sabotage", SABOTAGE), ("alias", ALIAS)])
+def test_a_version_cannot_slow_the_reference_it_is_timed_against(krung, tmp_path, version,
+                                                                 name, source):
+    """The reference is called and timed in the judge, which never imports the version: what
+    the version patches in its own process does not reach it. Patched, each reference call
+    would take half a second more than the version's (a loaded CPU's matmul takes from
+    microseconds to a tenth of a second: the speedup itself is too noisy to bound)."""
+    (tmp_path / "mm").mkdir()
+    (tmp_path / "mm" / "problem.py").write_text(MATMUL_PROBLEM)
+    result = krung("run", tmp_path / "mm", version(name, textwrap.dedent(source)), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    bench = rungs_of(result)["benchmark"]["figures"]
+    case = bench["per_case"][0]
+    # A loaded CPU can stretch both to a tenth of a second alike; never by the 500 ms sleep.
+    assert case["ref_median_us"] - case["median_us"] < 250_000, case
+
+
+THREE_CASES = """
+import torch
+
+def reference(x):
+    return x * 2 + 1
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(case["n"], generator=g, device=device),)
+
+test_cases = [{"n": 1000, "dtype": "float32"}, {"n": 3001, "dtype": "float32"}]
+bench_cases = [{"n": 1000, "dtype": "float32"}, {"n": 2000, "dtype": "float32"},
+               {"n": 3000, "dtype": "float32"}]
+cpu_bench_cases = bench_cases
+
+def flops(case):
+    return 2 * case["n"]
+
+def bytes_moved(case):
+    return 8 * case["n"]
+"""
+# Fast on one bench case only: from a cache keyed on a sample of its values (stale once other
+# elements change), or, honestly, because the other cases take a slow path.
+ONE_CASE_CACHED = """
+memo = {}
+def kernel(x):
+    if x.numel() != 2000:
+        return x * 2 + 1
+    key = tuple(x[::100].tolist())
+    if key not in memo:
+        memo[key] = x * 2 + 1
+    return memo[key].clone()
+"""
+ONE_CASE_FAST = """
+import time
+def kernel(x):
+    if x.numel() != 2000:
+        time.sleep(0.01)
+    return x * 2 + 1
+"""
+
+
+def test_one_case_driven_towards_zero_is_caught_or_flagged(krung, tmp_path, version):
+    """The geometric mean over the cases hides no case: a cached case fails the timed check,
+    and a case far faster than the others, honestly, is flagged by name."""
+    (tmp_path / "three").mkdir()
+    (tmp_path / "three" / "problem.py").write_text(THREE_CASES)
+    result = krung("run", tmp_path / "three", version("cached", ONE_CASE_CACHED), "--json",
+                   "--rungs", ALL)
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("benchmark", "TimedMismatch"), failed
+    assert "n=2000" in failed["error"]
+
+    result = krung("run", tmp_path / "three", version("fast", ONE_CASE_FAST), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    bench = rungs_of(result)["benchmark"]["figures"]
+    assert [row.get("outlier", False) for row in bench["per_case"]] == [False, True, False]
+    assert bench["speedup_outliers"].startswith("n=2000,dtype=float32: ")
+
+    result = krung("run", tmp_path / "three", version("even", "def kernel(x):\n    return x * 2 + 1\n"), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    bench = rungs_of(result)["benchmark"]["figures"]
+    assert "speedup_outliers" not in bench and not any(r.get("outlier")
+                                                       for r in bench["per_case"])
+
+
+TRIANGULAR = """
+import torch
+
+def reference(a, b):
+    return torch.triu(torch.matmul(a, b))
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    n = case["n"]
+    return (torch.triu(torch.randn(n, n, generator=g, device=device)),
+            torch.triu(torch.randn(n, n, generator=g, device=device)))
+
+test_cases = [{"n": 16, "dtype": "float32"}, {"n": 33, "dtype": "float32"}]
+bench_cases = [{"n": 48, "dtype": "float32"}]
+
+def flops(case):
+    return case["n"] ** 3 // 3
+
+def bytes_moved(case):
+    return 12 * case["n"] ** 2
+"""
+# Reads only the upper triangles, as the problem promises its inputs are: right as long as the
+# elements changed before the timed calls keep the zeros below the diagonal.
+UPPER_ONLY = """
+import torch
+
+def kernel(a, b):
+    return torch.triu(torch.triu(a) @ torch.triu(b))
+"""
+
+
+def test_a_version_relying_on_triangular_inputs_passes_the_timed_check(krung, tmp_path,
+                                                                       version):
+    (tmp_path / "triu").mkdir()
+    (tmp_path / "triu" / "problem.py").write_text(TRIANGULAR)
+    result = krung("run", tmp_path / "triu", version("upper", UPPER_ONLY), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+
+
+SYMMETRIC = TRIANGULAR.replace(
+    "torch.triu(torch.matmul(a, b))", "torch.matmul(a, b)").replace(
+    """    return (torch.triu(torch.randn(n, n, generator=g, device=device)),
+            torch.triu(torch.randn(n, n, generator=g, device=device)))""",
+    """    a = torch.randn(n, n, generator=g, device=device)
+    b = torch.randn(n, n, generator=g, device=device)
+    return a + a.mT, b + b.mT""")
+# As a version of KernelBench's matmul of symmetric matrices may: reads B's upper triangle
+# only and mirrors it. Right as long as the inputs stay symmetric.
+MIRRORS_B = """
+import torch
+
+def kernel(a, b):
+    upper = torch.triu(b)
+    return a @ (upper + torch.triu(b, 1).mT)
+"""
+
+
+def test_a_version_relying_on_symmetric_inputs_passes_the_timed_check(krung, tmp_path,
+                                                                      version):
+    (tmp_path / "sym").mkdir()
+    (tmp_path / "sym" / "problem.py").write_text(SYMMETRIC)
+    assert "a + a.mT" in SYMMETRIC and "triu" not in SYMMETRIC.split("def make_inputs")[0]
+    result = krung("run", tmp_path / "sym", version("mirrors", MIRRORS_B), "--json",
+                   "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)

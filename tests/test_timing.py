@@ -60,6 +60,38 @@ def test_cpu_measurement_rotates_input_sets_and_respects_its_cap():
     assert set(calls) == {0, 1, 2}
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_work_before_each_call_is_outside_its_time(device):
+    """`before(i)` runs ahead of every call (warm-up ones too), on the set the call takes,
+    and none of its time counts: on a GPU a long spin there leaves the calls' CUPTI time a
+    short kernel's."""
+    import torch
+
+    order = []
+    x = torch.randn(1 << 16, device=device)
+
+    def before(i):
+        order.append(("before", i))
+        if device == "cuda":
+            torch.cuda._sleep(2_000_000)  # about a millisecond
+            x.add_(0)  # device work of its own, besides the marker
+        else:
+            time.sleep(0.05)
+
+    def call(i):
+        order.append(("call", i))
+        if device == "cuda":
+            x.mul(2)
+
+    plan = TimingPlan(warmup_s=0.0, max_s=0.1, min_samples=3, max_samples=20, target_ci=0.0)
+    samples = measure(call, 2, device, plan, before)
+    assert order[:4] == [("before", 0), ("call", 0), ("before", 1), ("call", 1)]
+    assert all(a[0] != b[0] for a, b in itertools.pairwise(order))  # strictly alternating
+    assert statistics.median(samples.device_us) < 1000, samples.device_us  # not 1 or 50 ms
+    if device == "cuda":
+        assert samples.mode == "cupti" and samples.kernels_per_call == 1
+
+
 def test_cpu_measurement_stops_early_once_the_median_is_tight():
     plan = TimingPlan(warmup_s=0.0, max_s=5.0, min_samples=10, max_samples=100000,
                       target_ci=0.5)

@@ -13,6 +13,9 @@ version) still compares every output itself.
 - `OpTrace`: the torch operators a call actually ran (TorchDispatchMode), to enforce a
   problem's ban on delegating its core operation, whatever names or tricks the source used.
 - `python_threads`: threads the version started and left running.
+- `InputChanges`: before every timed call, a few elements of its input set change (and are
+  put back after it), so no two timed calls see the same contents and a cache keyed on them
+  replays a stale output, which the judge's check of the last call of every set catches.
 
 Stdlib and torch only: this module is imported by the worker.
 """
@@ -160,3 +163,65 @@ class OpTrace:
 
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)
+
+
+class InputChanges:
+    """Before each timed call (outside the timed region), `elements` random elements of each
+    chosen tensor of the call's input set take the values of other elements of the same
+    tensor (so the values stay ones the problem's generator made; zeros stay zeros, so
+    triangular or masked inputs keep their zeros); before the set's next call
+    they are put back. Each set's last change stays in place after the timing (an output that
+    is a view of an input still shows what the call saw) and is reported: the judge applies
+    it to its own copy of the set to check the last output of the timed calls on it.
+
+    `leaves[i]` names the tensors of set i that may change (floating point, not output
+    buffers); the positions come from a generator on the tensors' device (no host sync)."""
+
+    def __init__(self, sets: list[list[Any]], leaves: list[list[int]], elements: int,
+                 seed: int) -> None:
+        from krung.protocol.tree import leaves as tensors_of
+
+        self.elements = elements
+        self.seed = seed
+        self.targets = [[(n, tensors_of(s)[n]) for n in chosen if tensors_of(s)[n].numel() > 1]
+                        for s, chosen in zip(sets, leaves, strict=True)]
+        self.generators: dict[str, Any] = {}
+        self.pending: list[list[tuple[Any, tuple, Any]]] = [[] for _ in sets]
+        self.last: list[list[tuple[int, Any, Any]]] = [[] for _ in sets]
+
+    def before(self, i: int) -> None:
+        import torch
+
+        for tensor, index, saved in reversed(self.pending[i]):
+            tensor.index_put_(index, saved)
+        self.pending[i] = []
+        changed = []
+        for leaf, tensor in self.targets[i]:
+            count = tensor.numel()
+            generator = self._generator(tensor.device)
+            where = torch.randint(count, (self.elements,), device=tensor.device,
+                                  generator=generator)
+            shift = torch.randint(1, count, (1,), device=tensor.device, generator=generator)
+            index = torch.unravel_index(where, tensor.shape)
+            current = tensor[index]
+            # Zeros stay zeros: a triangular, banded or zero-masked input keeps its shape.
+            values = torch.where(current != 0, tensor[torch.unravel_index(
+                (where + shift) % count, tensor.shape)], current)
+            self.pending[i].append((tensor, index, current))
+            tensor.index_put_(index, values)
+            changed.append((leaf, where, values))
+        self.last[i] = changed
+
+    def report(self) -> list[list[dict[str, Any]]]:
+        """Per set, the last change: the tensor's index among the set's leaves, the flat
+        positions and the values written there (on the CPU)."""
+        return [[{"leaf": leaf, "positions": where.cpu(), "values": values.cpu()}
+                 for leaf, where, values in changed] for changed in self.last]
+
+    def _generator(self, device: Any) -> Any:
+        import torch
+
+        key = str(device)
+        if key not in self.generators:
+            self.generators[key] = torch.Generator(device=device).manual_seed(self.seed)
+        return self.generators[key]

@@ -162,7 +162,13 @@ class Worker:
         def call(i: int) -> None:
             outputs[i] = kernel(*sets[i])
 
-        samples = measure(call, len(sets), self.device, TimingPlan(**request["plan"]))
+        changes = None
+        if request.get("changes"):  # a few elements change before every timed call
+            from krung.worker.guard import InputChanges
+
+            changes = InputChanges(sets, **request["changes"])
+        samples = measure(call, len(sets), self.device, TimingPlan(**request["plan"]),
+                          changes.before if changes else None)
         replies = [_outputs_reply(result, self.device) for result in outputs]
         self.synchronize()
         failed = next((r for r in replies if not r["ok"]), None)
@@ -171,6 +177,7 @@ class Worker:
         return self.with_integrity({
             "ok": True, "samples": samples.to_json(), "outputs": [r["outputs"] for r in replies],
             "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"],
+            **({"changed": changes.report()} if changes else {}),
             **({"autotune": tuned} if tuned else {})})
 
     def autotune_before_timing(self, sets: list[list[Any]]) -> list[dict[str, Any]]:

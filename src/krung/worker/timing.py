@@ -139,29 +139,40 @@ def summarise(samples: list[float]) -> dict[str, float]:
 
 
 def measure(call: Callable[[int], Any], sets: int, device: str,
-            plan: TimingPlan | None = None) -> Samples:
-    """Time `call(i)`, where i picks the input set, rotating over `sets` of them."""
+            plan: TimingPlan | None = None,
+            before: Callable[[int], None] | None = None) -> Samples:
+    """Time `call(i)`, where i picks the input set, rotating over `sets` of them; `before(i)`,
+    where given, runs ahead of every call, outside the timed region (on a GPU its work is
+    told apart from the call's by a marker of its own)."""
     plan = plan or TimingPlan()
+    before = before or _nothing
     start = time.perf_counter()
     if device.startswith("cuda"):
-        samples = _measure_cuda(call, sets, plan)
+        samples = _measure_cuda(call, sets, plan, before)
     else:
-        samples = _measure_cpu(call, sets, plan)
+        samples = _measure_cpu(call, sets, plan, before)
     samples.input_sets = sets
     samples.wall_s = time.perf_counter() - start
     return samples
 
 
-def _measure_cpu(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Samples:
+def _nothing(i: int) -> None:
+    pass
+
+
+def _measure_cpu(call: Callable[[int], Any], sets: int, plan: TimingPlan,
+                 before: Callable[[int], None]) -> Samples:
     clock = time.perf_counter
     warmup = 0
     start = clock()
     while warmup < sets or clock() - start < plan.warmup_s:
+        before(warmup % sets)
         call(warmup % sets)
         warmup += 1
     times: list[float] = []
     begin = clock()
     while len(times) < plan.max_samples:
+        before(len(times) % sets)
         t0 = clock()
         call(len(times) % sets)
         times.append((clock() - t0) * 1e6)
@@ -208,7 +219,8 @@ def _start_profiler() -> None:
     _Cuda.warm = True
 
 
-def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Samples:
+def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan,
+                  before: Callable[[int], None]) -> Samples:
     import torch
 
     # The profiler's first start takes seconds: paid here, not inside the time cap, where it
@@ -229,6 +241,7 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
     warmup = 0
     start = time.perf_counter()
     while warmup < max(2, sets) or time.perf_counter() - start < plan.warmup_s:
+        before(warmup % sets)
         call(warmup % sets)
         torch.cuda.synchronize()
         warmup += 1
@@ -245,7 +258,7 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
         batch = min(batch, plan.max_samples - len(device_us))
         if mode == "cupti":
             try:
-                got = _cupti_batch(call, sets, batch, len(device_us))
+                got = _cupti_batch(call, sets, batch, len(device_us), before)
             except RuntimeError:  # the profiler could not start (another one holds CUPTI?)
                 got = None
             if got is None:  # no kernel records: CUPTI is not usable in this process
@@ -259,7 +272,7 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan) -> Sa
             markers[1].extend(long)
         else:
             device, host, count = _held_events_batch(call, sets, batch, len(device_us),
-                                                     per_call_s)
+                                                     per_call_s, before)
         device_us += device
         host_us += host
         kernels += count
@@ -286,18 +299,25 @@ def spin_clock_mhz(short_us: list[float], long_us: list[float]) -> float | None:
     return round(mhz, 1) if CLOCK_MHZ_RANGE[0] <= mhz <= CLOCK_MHZ_RANGE[1] else None
 
 
-def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int
+def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
+                 before: Callable[[int], None] = _nothing
                  ) -> tuple[list[float], list[float], int, int, tuple[list, list]] | None:
     """Device time per call from CUPTI's records: the activity between two spin markers,
     less the flush that precedes each marker. Also the kernel count, the most streams one
-    call used, and the short and long markers' durations (for the clock)."""
+    call used, and the short and long markers' durations (for the clock). Where `before`
+    does work, a third, shortest marker precedes it: a call's records end there (the flush
+    follows `before`'s work)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    prepared = before is not _nothing
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(count):
+            if prepared:
+                torch.cuda._sleep(0)  # the marker ahead of `before`'s work
+                before((offset + i) % sets)
             _Cuda.flush.zero_()
             # The marker: a kernel no version launches; every other one spins longer.
             torch.cuda._sleep(1 + CLOCK_SPIN_CYCLES * ((offset + i) % 2))
@@ -306,22 +326,27 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int
             ends[i].record()
         torch.cuda.synchronize()
     records = device_work(prof)
-    marks = [i for i, e in enumerate(records) if SPIN_KERNEL in e.name()]
-    if len(marks) != count:
+    spins = [i for i, e in enumerate(records) if SPIN_KERNEL in e.name()]
+    marks = spins[1::2] if prepared else spins
+    if len(spins) != count * (2 if prepared else 1):
         return None
     device: list[float] = []
-    spins: tuple[list[float], list[float]] = ([], [])
+    durations: tuple[list[float], list[float]] = ([], [])
     kernels = streams = 0
     for n, mark in enumerate(marks):
-        spins[(offset + n) % 2].append(records[mark].duration_ns() / 1e3)
-        # Up to the next marker, less the flush just before it (none after the last call).
-        stop = marks[n + 1] - 1 if n + 1 < len(marks) else len(records)
+        durations[(offset + n) % 2].append(records[mark].duration_ns() / 1e3)
+        # Up to the next marker, less the flush just before it (none after the last call);
+        # with `before`, up to the marker ahead of its work (the flush comes after that).
+        if n + 1 == len(marks):
+            stop = len(records)
+        else:
+            stop = spins[2 * n + 2] if prepared else marks[n + 1] - 1
         mine = records[mark + 1:stop]
         device.append(sum(e.duration_ns() for e in mine) / 1e3)
         kernels += len(mine)
         streams = max(streams, len({_stream(e) for e in mine}))
     host = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
-    return device, host, kernels, streams, spins
+    return device, host, kernels, streams, durations
 
 
 def _stream(event: Any) -> int:
@@ -347,7 +372,8 @@ def device_work(prof: Any) -> list[Any]:
 
 
 def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
-                       per_call_s: float) -> tuple[list[float], list[float], int]:
+                       per_call_s: float, before: Callable[[int], None] = _nothing
+                       ) -> tuple[list[float], list[float], int]:
     """Events around each call, with the stream held by a spin kernel until the whole batch
     is queued, so the GPU runs the calls back to back without waiting for launches."""
     import torch
@@ -357,6 +383,7 @@ def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset
     # Hold long enough to queue the batch: its launch time is at most its wall time so far.
     torch.cuda._sleep(int(min(count * per_call_s, 1.0) * SPIN_HZ))
     for i in range(count):
+        before((offset + i) % sets)
         _Cuda.flush.zero_()
         starts[i].record()
         call((offset + i) % sets)

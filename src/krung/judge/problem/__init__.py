@@ -49,6 +49,7 @@ class Problem:
     forbid: list[str] = field(default_factory=list)
     forbid_ops: list[str] = field(default_factory=list)
     inplace: bool = False
+    change_timed_inputs: bool = True  # False: the inputs' structure forbids (docs/timing.md)
     derive_case: Callable[..., dict | None] | None = None
     # What the version defines and how the worker takes it (krung/entries.py).
     entry: dict[str, Any] = field(default_factory=lambda: {"kind": "function", "name": "kernel"})

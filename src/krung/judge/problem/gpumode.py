@@ -22,9 +22,11 @@ What krung adds to GPU MODE's own evaluation:
   return another dtype (float32 written into a float32 buffer where the reference returns
   float64), and krung's contract adds only what the check cannot see (a plain tensor, on
   the device, as many outputs as the reference's);
-- unseen cases move the declared sizes to neighbours that keep the power-of-two factor every
-  declared size of that key shares (sizes that are all multiples of 64 stay so), and leave
-  alone keys that never vary;
+- unseen cases move every size that varies among the declared cases to an awkward neighbour
+  (odd, a prime where one is near: never a multiple of a tile size, even where every listed
+  size is a multiple of 64, so a version that skips the tail fails), and leave alone keys that
+  never vary; a problem whose sizes must be multiples of something says so in task.yml
+  (`size_multiples: {k: 128}`, krung's own key), and those sizes move to other multiples;
 - the timing protocol is krung's (krung/timing.py), and the bench cases' medians are ranked
   as `ranking_by` says (`last`, `mean` or `geom`);
 - `test_timeout` and `benchmark_timeout` cap krung's per-call and per-bench-case limits.
@@ -41,7 +43,7 @@ from typing import Any
 
 from krung.judge.problem import GPUMODE, Problem, case_label
 from krung.judge.problem.native import import_problem_file
-from krung.judge.problem.unseen import granular_neighbour, shared_granule
+from krung.judge.problem.unseen import granular_neighbour
 from krung.protocol import tree
 from krung.protocol.errors import ProblemError, UsageError
 
@@ -90,7 +92,8 @@ def load_gpumode(path: Path) -> Problem:
         entry_doc=ENTRY_DOC, reference_code=module.ref_kernel,
         shared_modules=shared_modules(path, task), check=source.check,
         tolerance_decides=False, writable=source.writable,
-        derive_case=Sizes(tests + benchmarks).derive, ranking_by=ranking,
+        derive_case=Sizes(tests + benchmarks, task.get("size_multiples") or {}).derive,
+        ranking_by=ranking,
         timeouts={_TIMEOUTS[k]: float(task[k]) for k in _TIMEOUTS if _positive(task.get(k))},
         facts={"ranking_by": ranking},
     )
@@ -140,6 +143,13 @@ def _check_task(task: dict[str, Any]) -> list[tuple[str, str]]:
             defects.append((f"`{key}` in {TASK_FILE} holds something other than keyword dicts",
                             f"write each case as a dict of generate_input's arguments, e.g. "
                             f"{example}"))
+    multiples = task.get("size_multiples") or {}
+    if not isinstance(multiples, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0
+            for k, v in multiples.items()):
+        defects.append((f"size_multiples in {TASK_FILE} is not a mapping of size names to "
+                        "positive integers", "write e.g. `size_multiples: {k: 128}`: the "
+                        "multiple every value of that size must be"))
     ranking = task.get("ranking_by", "last")
     if ranking not in RANKINGS:
         defects.append((f"ranking_by {ranking!r} is not one of {', '.join(RANKINGS)}",
@@ -250,16 +260,18 @@ class GpuModeSource:
 
 class Sizes:
     """Unseen cases for GPU MODE: every integer argument that varies among the declared
-    cases moves to a neighbour keeping the power-of-two factor all its declared values share;
-    arguments that never vary are the problem's constants and stay."""
+    cases moves to an awkward neighbour (odd, a prime where one is near), or, where task.yml's
+    `size_multiples` names it, to another multiple of what it names; arguments that never
+    vary are the problem's constants and stay."""
 
-    def __init__(self, cases: list[dict]):
+    def __init__(self, cases: list[dict], multiples: dict[str, int] | None = None):
         values: dict[str, list[Any]] = {}
         for case in cases:
             for key, value in case.items():
                 values.setdefault(key, []).append(value)
+        multiples = multiples or {}
         self.granules = {
-            key: shared_granule(found) for key, found in values.items()
+            key: int(multiples.get(key, 1)) for key, found in values.items()
             if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in found)
             and len(set(found)) > 1}
 

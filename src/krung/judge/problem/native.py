@@ -86,6 +86,7 @@ def load_native(path: Path) -> Problem:
         forbid=list(getattr(module, "forbid", [])),
         forbid_ops=list(getattr(module, "forbid_ops", [])),
         inplace=bool(getattr(module, "inplace", False)),
+        change_timed_inputs=bool(getattr(module, "change_timed_inputs", True)),
         derive_case=getattr(module, "derive_case", None),
     )
 

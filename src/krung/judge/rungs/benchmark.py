@@ -3,12 +3,18 @@
 Per bench case: several input sets (different seeds; together more than the L2 holds, up to
 8), timed in two rounds that alternate version and reference so drift hits both alike. The
 first round gives the worker new storage; the second writes new values into that same
-storage. After each round the last output of the timed calls for every input set is compared
-with the reference's, so a version that is right only outside the timed loop, or that
-remembers inputs it has seen, fails here. The version is timed in its worker, the reference
+storage. Before every timed call a few elements of its input set change (outside the timed
+region; krung.worker.guard.InputChanges), so no two timed calls see the same contents. After
+each round the last output of the timed calls for every input set is compared with the
+reference's on that set as the call saw it, so a version that is right only outside the timed
+loop, or that remembers inputs it has seen (by storage, or by some of their values), fails
+here. The version is timed in its worker, the reference
 in the judge, with the same protocol (krung.worker.timing). The GPU's clocks are read before and
 after; throttling is reported with the figures. A time below what the GPU's datasheet peaks
-allow for the problem's work is impossible, and fails the rung.
+allow for the problem's work is impossible, and fails the rung. Each case gets its own verdict
+beside the aggregate: where the floor is known, how far above it the case ran (`floor_ratio`);
+everywhere, a case whose speedup stands far above the other cases' (`outlier`: one case
+driven towards zero time would carry the geometric mean) is flagged and named.
 
 On a CPU (Triton's interpreter) the cases are the problem's `cpu_bench_cases`, or its
 smallest bench case shrunk to fit the interpreter (krung.judge.problem.cpu_cases); then the
@@ -17,6 +23,7 @@ figures say so (`cases_reduced_for_cpu`: which case was timed instead of which).
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -30,6 +37,7 @@ from krung.judge.ladder import Context, nbytes, poison_leaves
 from krung.judge.problem import case_label
 from krung.judge.rungs.correctness import ERROR_FIGURES
 from krung.judge.rungs.spec import HTML, TABLE, TABLES, Figure, RungSpec
+from krung.protocol import tree
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 from krung.worker.timing import Samples, TimingPlan, measure, summarise
@@ -37,11 +45,13 @@ from krung.worker.timing import Samples, TimingPlan, measure, summarise
 _COMPILED = "with --vs-compiled (KRUNG_COMPILED_BASELINE=1)"
 _GPU = "on a GPU"
 _CUPTI = "where the GPU timer saw the call's kernels"
+OUTLIER_RATIO = 8.0  # a case's speedup over the median of the others' that is flagged
 SPEC = RungSpec(
     "benchmark", order=60, needs=("correctness",), exclusive_gpu=True,
     checks="every bench case timed, version and reference the same way (docs/timing.md): "
            "several input sets outgrowing the L2, two rounds alternating version and "
-           "reference; the timed calls' outputs checked; a time below what the GPU's "
+           "reference; a few input elements changed before every timed call and the "
+           "timed calls' outputs checked on them; a time below what the GPU's "
            "datasheet peaks allow for the work fails (`ImpossibleTime`); on a CPU, the "
            "problem's cpu_bench_cases or its smallest bench case shrunk for the interpreter",
     per="bench case",
@@ -65,6 +75,10 @@ SPEC = RungSpec(
                "geomean", "text", when="GPU MODE problems"),
         Figure("score_us", "us", "the ranking score: the rule over the per-case medians",
                when="GPU MODE problems"),
+        Figure("speedup_outliers", "", "the cases whose speedup is more than "
+               f"{OUTLIER_RATIO:g} times the median of the other cases' (they carry the "
+               "geometric mean: look at what the version does there)", "text",
+               when="when a case stands out"),
         *(Figure(f.name, f.unit, f.meaning, f.kind, when="on TimedMismatch: the failing "
                  "output's comparison") for f in (*ERROR_FIGURES, Figure(
                      "elements", "", "the output's elements", "count"))),
@@ -119,6 +133,12 @@ SPEC = RungSpec(
                per_case=True, when="when it did"),
         Figure("floor_us", "us", "the least time the GPU's datasheet peaks allow for the "
                "case's work", per_case=True, when="on a GPU krung has a datasheet for"),
+        Figure("floor_ratio", "x", "the version's median over floor_us (1 is the datasheet's "
+               "limit; below it fails)", per_case=True, shown=TABLES,
+               when="on a GPU krung has a datasheet for"),
+        Figure("outlier", "", f"the case's speedup is more than {OUTLIER_RATIO:g} times the "
+               "median of the other cases'", "flag", per_case=True, shown=TABLES,
+               when="when it is"),
     ),
     notes="On ImpossibleTime the rung's figures are the failing case's row.")
 
@@ -128,6 +148,7 @@ GPU_PLAN = TimingPlan(warmup_s=0.02, max_s=0.12, min_samples=10, max_samples=200
 # Interpreted kernels are slow and their time says little: a few samples are enough.
 CPU_PLAN = TimingPlan(warmup_s=0.0, max_s=0.15, min_samples=3, max_samples=100, target_ci=0.02)
 MAX_INPUT_SETS = 8
+CHANGED_ELEMENTS = 4  # per input tensor, before every timed call
 LAUNCH_BOUND_RATIO = 1.5  # host-visible over device time
 
 
@@ -162,8 +183,28 @@ def run(ctx: Context) -> dict[str, Any]:
         figures["ranking_by"] = ctx.problem.ranking_by
         figures["score_us"] = ranking_score(ctx.problem.ranking_by,
                                             [r["median_us"] for r in rows])
+    outliers = flag_outliers(rows)
+    if outliers:
+        figures["speedup_outliers"] = outliers
     figures["per_case"] = rows
     return figures
+
+
+def flag_outliers(rows: list[dict[str, Any]]) -> str | None:
+    """Flag (`outlier`) each case whose speedup is more than OUTLIER_RATIO times the median
+    of the other cases' speedups, and name them: one case driven towards zero time carries
+    the geometric mean, so it is shown, not averaged away."""
+    said = []
+    for index, row in enumerate(rows):
+        others = [r["speedup"] for n, r in enumerate(rows) if n != index and r.get("speedup")]
+        if not row.get("speedup") or not others:
+            continue
+        typical = statistics.median(others)
+        if row["speedup"] > OUTLIER_RATIO * typical:
+            row["outlier"] = True
+            said.append(f"{row['case']}: {row['speedup']:.3g}x against a median of "
+                        f"{typical:.3g}x over the other cases")
+    return "; ".join(said) or None
 
 
 def ranking_score(rule: str, times_us: list[float]) -> float | None:
@@ -255,11 +296,13 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
     for round_index, sets in enumerate(rounds):
         key = "inputs" if round_index == 0 else "refill"
         sent = [list(poison_leaves(s, ctx.problem.writable_leaves(s), NAN_BYTE)) for s in sets]
-        request = {"op": "time", "plan": asdict(round_plan), key: sent}
+        changes = _changes(ctx, sets, ctx.seed_for("benchmark-changes", index, round_index))
+        request = {"op": "time", "plan": asdict(round_plan), key: sent, "changes": changes}
         expected = [ctx.expected(inputs) for inputs in sets]
         limit = 2 * sum(nbytes(e) for e in expected) + (1 << 20)
         reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)
         check_conduct(reply, what, set())
+        seen = _as_changed(ctx, sets, reply, changes, what) if changes else sets
         mine.append(Samples(**reply["samples"]))
         if round_index == len(rounds) - 1 and ctx.device == "cuda":
             after = clock_state()  # right after the version's last round, not the reference's
@@ -271,7 +314,9 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
                 compiled, compiled_samples = None, []
             else:
                 compiled_samples.append(timed)
-        _check_timed_outputs(ctx, reply, sets, expected, f"{label}, round {round_index + 1}")
+        if changes:  # the reference on each set as its last timed call saw it
+            expected = [ctx.expected(inputs) for inputs in seen]
+        _check_timed_outputs(ctx, reply, seen, expected, f"{label}, round {round_index + 1}")
 
     device_us = [t for s in mine for t in s.device_us]
     host_us = [t for s in mine for t in s.host_us]
@@ -328,6 +373,7 @@ def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
     if floor is None:
         return
     row["floor_us"] = floor
+    row["floor_ratio"] = round(row["median_us"] / floor, 3) if floor > 0 else None
     if row["median_us"] < floor:
         raise RungFailed(
             "ImpossibleTime",
@@ -335,6 +381,55 @@ def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
             f"{floor:.2f} us the GPU's datasheet peaks allow for its work",
             "either the version skips work (cached or partial results the checks missed) or "
             "the problem's flops()/bytes_moved() overstate the work", figures=row)
+
+
+def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
+    """What the worker changes before every timed call: CHANGED_ELEMENTS elements of each
+    floating-point tensor of a set that is no output buffer (none for an in-place problem, or
+    one whose inputs' structure forbids: `change_timed_inputs = False`)."""
+    if ctx.problem.inplace or not ctx.problem.change_timed_inputs:
+        return None
+    leaves = [[n for n, leaf in enumerate(tree.leaves(s)) if leaf.is_floating_point()
+               and leaf.numel() > 1 and n not in ctx.problem.writable_leaves(s)
+               and not _structured(leaf)] for s in sets]
+    if not any(leaves):
+        return None
+    return {"leaves": leaves, "elements": CHANGED_ELEMENTS, "seed": seed}
+
+
+def _structured(tensor: Any) -> bool:
+    """Symmetric (KernelBench's matmul of symmetric matrices) or sorted along its last
+    dimension: changed elements would break what an honest version may rely on, so such a
+    tensor is left as it is (zeros, the other common structure, are kept by the change)."""
+    if tensor.dim() >= 2 and tensor.shape[-1] == tensor.shape[-2] and \
+            bool((tensor == tensor.mT).all()):
+        return True
+    return tensor.shape[-1] > 1 and bool((tensor[..., 1:] >= tensor[..., :-1]).all())
+
+
+def _as_changed(ctx: Context, sets: list, reply: dict[str, Any], changes: dict[str, Any],
+                what: str) -> list:
+    """Copies of the input sets with the last change the worker made to each applied."""
+    import torch
+
+    reported = reply.get("changed") or []
+    seen = []
+    for inputs, chosen, changed in itertools.zip_longest(sets, changes["leaves"], reported):
+        copy = tree.clone(inputs)
+        leaves = tree.leaves(copy)
+        if changed is None or sorted(c["leaf"] for c in changed) != sorted(chosen) or any(
+                c["positions"].numel() != changes["elements"]
+                or int(c["positions"].max()) >= leaves[c["leaf"]].numel()
+                or int(c["positions"].min()) < 0 for c in changed):
+            raise RungFailed("Tampering", f"the worker did not report the changes of the timed "
+                             f"calls' inputs it was asked to make (in {what})",
+                             "a version must not interfere with krung's worker")
+        for c in changed:
+            leaf = leaves[c["leaf"]]
+            where = torch.unravel_index(c["positions"].to(leaf.device), leaf.shape)
+            leaf.index_put_(where, c["values"].to(leaf.device, leaf.dtype))
+        seen.append(copy)
+    return seen
 
 
 def _input_sets(ctx: Context, first: tuple) -> int:
@@ -362,8 +457,10 @@ def _check_timed_outputs(ctx: Context, reply: dict[str, Any], sets: list, expect
             raise RungFailed(
                 "TimedMismatch", f"{what}: {verdict.reason}",
                 "the outputs of the timed calls are wrong though the checked calls were "
-                "right: look for state kept between calls (cached results, buffers reused "
-                "across calls) or size-dependent code paths at bench sizes",
+                "right: look for state kept between calls (results cached by input storage "
+                "or by some of the inputs' values: a few elements change before every timed "
+                "call; buffers reused across calls) or size-dependent code paths at bench "
+                "sizes",
                 figures=comparison.figures if comparison else {})
 
 

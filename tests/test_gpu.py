@@ -245,13 +245,14 @@ def test_a_cache_keyed_on_sampled_values_fails_the_timed_check(krung, scale_prob
     region, told apart from the call's kernels by a marker of their own): the cache replays
     stale outputs, and an honest version's figures keep the call's kernels only."""
     rungs = "static,compile,run,correctness,benchmark"
+    on = {"KRUNG_TIMED_INPUT_CHANGES": "on"}  # CPU only by default until measured here
     result = krung("run", scale_problem, version("sampled", SAMPLED_VALUES_CACHE), "--device",
-                   "cuda", "--json", "--rungs", rungs)
+                   "cuda", "--json", "--rungs", rungs, env=on)
     assert result.code == 1, result.stdout + result.stderr
     failed = next(r for r in result.json()["rungs"] if r["status"] == "failed")
     assert (failed["name"], failed["error_type"]) == ("benchmark", "TimedMismatch"), failed
     result = krung("run", scale_problem, version("good", GOOD), "--device", "cuda", "--json",
-                   "--rungs", rungs)
+                   "--rungs", rungs, env=on)
     assert result.code == 0, result.stdout + result.stderr
     case = result.json()["rungs"][-1]["figures"]["per_case"][0]
     assert case["timer"] == "cupti" and case["kernels_per_call"] <= 2, case  # mul, add

@@ -26,6 +26,7 @@ from krung.protocol.errors import UsageError
 DEVICES = ("auto", "cpu", "cuda")
 PROFILE_SETS = ("fast", "full")
 SERVICE_MODES = ("auto", "on", "off")
+INPUT_CHANGE_MODES = ("cpu", "on", "off")
 CLOCK_CONTROLS = ("none", "base")
 DEFAULT_STORE = Path(".krung") / "krung.db"
 
@@ -130,6 +131,12 @@ class Settings:
     compiled_baseline: bool = setting(False, "KRUNG_COMPILED_BASELINE",
                                       "1 to time torch.compile(reference) too in the "
                                       "benchmark rung and give the speedup against it")
+    timed_input_changes: str = setting(
+        "cpu", "KRUNG_TIMED_INPUT_CHANGES",
+        "a few input elements changed before every timed call, the outputs checked on them, "
+        "so no cache keyed on input values survives the benchmark: cpu (on a CPU only, the "
+        "default until the GPU path is measured on the H200), on (everywhere) or off",
+        one_of(INPUT_CHANGE_MODES, "a mode of the timed input changes"))
     scale: float = setting(
         1.0, "KRUNG_SCALE",
         "a factor in (0, 1] for a problem's sizes: 0.1 runs KernelBench's size constants and "

@@ -386,7 +386,12 @@ def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
 def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
     """What the worker changes before every timed call: CHANGED_ELEMENTS elements of each
     floating-point tensor of a set that is no output buffer (none for an in-place problem, or
-    one whose inputs' structure forbids: `change_timed_inputs = False`)."""
+    one whose inputs' structure forbids: `change_timed_inputs = False`). On a CPU only unless
+    KRUNG_TIMED_INPUT_CHANGES=on: the GPU path (a marker of its own in the CUPTI records) is
+    to be measured on the H200 before it is the default there."""
+    mode = ctx.settings.timed_input_changes
+    if mode == "off" or (mode == "cpu" and ctx.device != "cpu"):
+        return None
     if ctx.problem.inplace or not ctx.problem.change_timed_inputs:
         return None
     leaves = [[n for n, leaf in enumerate(tree.leaves(s)) if leaf.is_floating_point()

@@ -28,7 +28,7 @@ from krung.judge.ladder import Context, RungSkipped
 from krung.judge.rungs.artifacts.target import DEFAULT_ARCH, Target
 from krung.judge.rungs.spec import TABLES, Figure, RungSpec
 from krung.judge.solution import detect_dsl
-from krung.protocol import build_cache
+from krung.protocol import build_cache, messages
 from krung.protocol.errors import RungFailed
 
 # The tools, parsers and the build process are imported where they are used: the host imports
@@ -132,8 +132,7 @@ def run(ctx: Context) -> dict[str, Any]:
     ran = not cuda_on_cpu and (compiled is None or (compiled.ok and compiled.figures.get("ran",
                                                                                      True)))
     if ran:
-        reply = ctx.ask({"op": "kernels",
-                         "out_dir": str(out_dir) if ctx.device == "cuda" else None},
+        reply = ctx.ask(messages.Kernels(out_dir=str(out_dir) if ctx.device == "cuda" else None),
                         "listing the kernels the version launched", ctx.settings.call_timeout_s)
     elif not cuda_on_cpu or (compiled is not None and compiled.error_type == "DSLNotInstalled"):
         raise RungSkipped(f"needs compile, which {compiled.status.value} (only CUDA sources "

@@ -21,7 +21,7 @@ from krung.protocol.channel import Channel
 
 ALL = [c for c in vars(messages).values() if isinstance(c, type)
        and issubclass(c, messages.Message) and dataclasses.is_dataclass(c)]
-REQUESTS = [c for c in ALL if issubclass(c, messages.ToWorker | messages.ToService)]
+REQUESTS = [c for c in ALL if issubclass(c, messages.Ask)]
 rng = random.Random()
 
 
@@ -59,14 +59,8 @@ def decoder(message: messages.Message) -> Any:
     if isinstance(message, messages.Tagged):
         return next(u for u in messages.UNIONS.values() if type(message) in
                     u.classes.values())
-    request = next((r for r in REQUESTS if r.REPLY is type(message)), None)
-    if request is not None:
-        return messages.replies(instance(request))
-    if type(message) is messages.Failed:
-        return messages.replies(instance(messages.Call))
-    if type(message) is messages.Refused:
-        return messages.replies(instance(messages.Stop))
-    return messages.HELLO
+    request = next((r for r in REQUESTS if type(message) in (r.REPLY, r.FAILURE)), None)
+    return messages.HELLO if request is None else messages.replies(instance(request))
 
 
 def same(a: Any, b: Any) -> bool:
@@ -103,7 +97,7 @@ def test_every_message_crosses_the_channel_and_comes_back_equal(channel_pair, cl
 def test_every_message_is_in_a_conversation():
     """Each message decodes somewhere: as a tagged request or reply, or as a reply to one."""
     tagged = {c for u in messages.UNIONS.values() for c in u.classes.values()}
-    replies = {r.REPLY for r in REQUESTS} | {messages.Hello, messages.Failed, messages.Refused}
+    replies = {r.REPLY for r in REQUESTS} | {r.FAILURE for r in REQUESTS} | {messages.Hello}
     assert set(ALL) == tagged | replies
 
 

@@ -1,6 +1,6 @@
 """The messages between krung's processes: one small dataclass per message, in tagged unions.
 
-Three conversations cross a process boundary:
+Four conversations cross a process boundary:
 - host and judge (krung.host.evaluate, krung.judge.serve): the host sends one `Request`; the
   judge sends `ready` (a pooled judge, before it), then `env`, `progress`, `calibration`,
   `rung`, and at the end `done`, `problem_error` or `error`. Tag: `type`.
@@ -9,15 +9,18 @@ Three conversations cross a process boundary:
   with that request's reply (`ok: true`) or a `Failed` (`ok: false`).
 - a client and the warm service (krung.host.service): `acquire`, `prime`, `pool`, `exit`,
   `status`, `stop` (tag: `op`), each answered by its reply or a `Refused`.
+- the artifacts rung and its build process (krung.judge.rungs.artifacts.build), which imports
+  the version too: `build`, answered by `Built` or a `Failed`.
 
 `decode` checks a message against its declaration (its tag, every field's type, no field
 that is not declared) and raises ProtocolError otherwise: the worker runs the version, which
 can write anything to the channel. Tensors travel as raw frames (krung.protocol.channel),
-put back in their place before a message is decoded; an output declared a tensor must be one. `schema()` is the JSON Schema of the messages as they travel.
+put back in their place before a message is decoded; an output declared a tensor must be
+one. `schema()` is the JSON Schema of the messages as they travel.
 
-A message also reads as the dict it replaces (`reply["outputs"]`, `reply.get("autotune")`),
-so code written against the dicts reads it unchanged; `get` gives its default for a field
-that was not sent. Stdlib only: the worker imports this module.
+A message also reads as the dict it travels as (`reply["outputs"]`, `reply.get("autotune")`:
+the fields that are not None), so code written against dicts reads it unchanged; new code
+reads attributes. Stdlib only: the worker imports this module.
 """
 
 from __future__ import annotations
@@ -71,6 +74,14 @@ class Reply(Message):
     """An answer to one request; `ok` on the wire tells it from a failure."""
 
     ok: ClassVar[bool] = True
+
+
+class Ask(Tagged):
+    """A request answered by its `REPLY`, or by the conversation's `FAILURE`."""
+
+    KEY = "op"
+    REPLY: ClassVar[type[Reply]]
+    FAILURE: ClassVar[type[Reply]]
 
 
 # Records inside messages: plain dicts, typed.
@@ -305,9 +316,8 @@ class Profiled(Reply):
     pass
 
 
-class ToWorker(Tagged):
-    KEY = "op"
-    REPLY: ClassVar[type[Reply]]
+class ToWorker(Ask):
+    FAILURE = Failed
 
 
 @dataclass(frozen=True)
@@ -431,9 +441,8 @@ class Stopped(Reply):
     pass
 
 
-class ToService(Tagged):
-    KEY = "op"
-    REPLY: ClassVar[type[Reply]]
+class ToService(Ask):
+    FAILURE = Refused
 
 
 @dataclass(frozen=True)
@@ -489,6 +498,31 @@ class Stop(ToService):
     REPLY = Stopped
 
 
+# The judge and the artifacts rung's build process (krung.judge.rungs.artifacts.build), which
+# imports the version too: as untrusted as the worker.
+
+
+@dataclass(frozen=True)
+class Built(Reply):
+    records: list[dict[str, Any]]  # one per kernel and specialisation, with its files
+
+
+@dataclass(frozen=True)
+class Build(Ask):
+    """Import the version outside Triton's interpreter and compile its kernels for `arch`."""
+
+    TAG = "build"
+    REPLY = Built
+    FAILURE = Failed
+    version: str
+    out_dir: str
+    arch: str
+    dsls: list[str]
+    launches: list[dict[str, Any]]  # the worker's records of the version's launches
+    cache_dir: str
+    import_paths: list[str]  # the folders the problem's format lets a version import from
+
+
 # The unions, and what decodes them.
 
 
@@ -536,12 +570,12 @@ FROM_JUDGE = TaggedUnion("judge", Ready, Env, Progress, Calibration, RungDone, P
 TO_WORKER = TaggedUnion("worker request", Load, Call, Time, Kernels, Trace, Profile)
 HELLO = Replies("the worker's hello", Hello, Failed)
 TO_SERVICE = TaggedUnion("service request", Acquire, Prime, Resize, ExitOf, StatusOf, Stop)
+TO_BUILD = TaggedUnion("build request", Build)
 
 
-def replies(request: Tagged) -> Replies:
-    """What decodes the answer to `request` (a worker's or the service's)."""
-    failure = Failed if isinstance(request, ToWorker) else Refused
-    return Replies(f"the reply to `{request.TAG}`", type(request).REPLY, failure)  # type: ignore[attr-defined]
+def replies(request: Ask) -> Replies:
+    """What decodes the answer to `request`."""
+    return Replies(f"the reply to `{request.TAG}`", request.REPLY, request.FAILURE)
 
 
 def encode(message: Message) -> dict[str, Any]:
@@ -681,13 +715,14 @@ def _shown(value: Any) -> str:
 # The JSON Schema of the messages as they travel.
 
 UNIONS = {"to_judge": TO_JUDGE, "from_judge": FROM_JUDGE, "to_worker": TO_WORKER,
-          "to_service": TO_SERVICE}
+          "to_service": TO_SERVICE, "to_build": TO_BUILD}
+ANSWERS = {"from_worker": (TO_WORKER, Hello), "from_service": (TO_SERVICE, None),
+           "from_build": (TO_BUILD, None)}  # the replies to a union's requests, and a greeting
 
 
 def schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of every message as the channel sends it: `$defs` holds
-    each message and each conversation (`to_judge`, `from_judge`, `to_worker`,
-    `from_worker`, `to_service`, `from_service`)."""
+    """JSON Schema (draft 2020-12) of every message as it travels: `$defs` holds each
+    message and each direction of each conversation (UNIONS, ANSWERS)."""
     defs: dict[str, Any] = {
         "tensor": {"type": "object", "required": ["__tensor__", "dtype", "shape"],
                    "description": 'a tensor: {"__tensor__": <index of its raw frame>, "dtype", '
@@ -699,19 +734,17 @@ def schema() -> dict[str, Any]:
     for name, union in UNIONS.items():
         defs[name] = {"oneOf": [_ref(_message_schema(cls, defs)) for cls in
                                 union.classes.values()]}
-    for name, requests in (("from_worker", TO_WORKER), ("from_service", TO_SERVICE)):
-        failure = Failed if name == "from_worker" else Refused
-        answers = [*(c.REPLY for c in requests.classes.values()), failure]  # type: ignore[attr-defined]
-        if name == "from_worker":
-            answers.insert(0, Hello)
+    for name, (requests, greeting) in ANSWERS.items():
+        asks: list[Any] = list(requests.classes.values())
+        answers = [*([greeting] if greeting else []), *dict.fromkeys(
+            [*(c.REPLY for c in asks), *(c.FAILURE for c in asks)])]
         # anyOf: replies are told apart by the request they answer, not by a tag.
         defs[name] = {"anyOf": [_ref(_message_schema(cls, defs)) for cls in answers]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "krung's messages between its processes",
         "description": (__doc__ or "").split("\n\n")[0].replace("\n", " "),
-        "anyOf": [_ref(name) for name in ("to_judge", "from_judge", "to_worker",
-                                          "from_worker", "to_service", "from_service")],
+        "anyOf": [_ref(name) for name in [*UNIONS, *ANSWERS]],
         "$defs": defs,
     }
 

@@ -94,10 +94,15 @@ def evaluate(
     try:
         run.parent = _parent(db, parent, run)
         db.begin(run, names)
+        run_dir = db.artifacts_dir(run.run_id).resolve()
+        copy = run_dir / "version" / version.name  # the bytes read here, which judge and
+        copy.parent.mkdir(exist_ok=True)  # worker load: all see what the store records
+        copy.write_bytes(version.data)
         request = messages.Request(
-            problem=str(problem_dir), solution=str(version.path), rungs=names,
+            problem=str(problem_dir), solution=str(version.path), version=str(copy),
+            sha256=version.sha256, rungs=names,
             device=settings.device, seed=run.seed, precision=precision,
-            run_dir=str(db.artifacts_dir(run.run_id).resolve()), cwd=os.getcwd(),
+            run_dir=str(run_dir), cwd=os.getcwd(),
             settings={k: str(v) if isinstance(v, Path) else v
                       for k, v in settings.__dict__.items()},
             # The roofline rung reads the device's ceilings measured before, if any.

@@ -209,8 +209,9 @@ class Context:
             from krung.protocol import build_cache  # torch builds CUDA C++ in a cache by the store
 
             cache = str(build_cache.root_for(self.run_dir))
-        return messages.Load(path=str(self.solution.path), entry=self.problem.entry,
-                             build_cache=cache)
+        return messages.Load(path=str(self.solution.copy or self.solution.path),
+                             shown_as=str(self.solution.path), sha256=self.solution.sha256,
+                             entry=self.problem.entry, build_cache=cache)
 
     def ask(self, message: messages.ToWorker, what: str, timeout: float,
             max_tensor_bytes: int | None = None) -> Any:

@@ -36,7 +36,7 @@ from krung.judge.candidate import Candidate, kill_all
 from krung.judge.ladder import RUNGS, Context, climb, derive_seed, rung_module
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
-from krung.judge.solution import read_solution
+from krung.judge.solution import read_copy
 from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed
 from krung.protocol.errors import KrungError, ProblemError, RungFailed
@@ -115,7 +115,7 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
     if request.cwd:  # a pooled judge started elsewhere: work where the caller does
         move_to(request.cwd)
     _move_logs(logs, run_dir, candidate)
-    solution = read_solution(request.solution)
+    solution = read_copy(request.version, request.solution, request.sha256)
     candidate.solution = solution.path
     # The DSLs that can keep the kernels they compile (CuTeDSL) keep them in the run's folder.
     candidate.at_load = {"env": dump_env(run_dir), "cwd": os.getcwd()}

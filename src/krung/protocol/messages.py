@@ -46,6 +46,11 @@ class ProtocolError(ValueError):
     value of the wrong type."""
 
 
+class VersionChanged(Exception):
+    """The run's copy of a version, which a request names with its sha256, holds other bytes
+    than those the host read and stored."""
+
+
 class Message(Mapping[str, Any]):
     """Base of every message: a frozen dataclass that also reads as the dict it travels as
     (the fields that are not None, and `ok` for a reply), for code written against dicts."""
@@ -155,7 +160,9 @@ class Request(ToJudge):
 
     TAG = "request"
     problem: str
-    solution: str  # the version's file
+    solution: str  # the version's file as the user named it: errors name it
+    version: str  # the run's copy of the bytes the host read, which judge and worker load
+    sha256: str  # of those bytes: a copy that holds others is not loaded
     rungs: list[str]
     device: str
     seed: int
@@ -326,8 +333,10 @@ class Load(ToWorker):
 
     TAG = "load"
     REPLY = Loaded
-    path: str  # the version's file
+    path: str  # the version's file: the run's copy of its bytes
     entry: dict[str, Any] | None = None  # the entry the problem's format asks for (entries.py)
+    shown_as: str | None = None  # the user's file: tracebacks name it; its folder is importable
+    sha256: str | None = None  # of the bytes the host read: a copy that differs is not loaded
     env: dict[str, str] | None = None  # for the import (a worker started in advance)
     cwd: str | None = None
     build_cache: str | None = None  # where torch builds CUDA C++ (on a GPU)
@@ -514,13 +523,15 @@ class Build(Ask):
     TAG = "build"
     REPLY = Built
     FAILURE = Failed
-    version: str
+    version: str  # as Load's path, shown_as and sha256
     out_dir: str
     arch: str
     dsls: list[str]
     launches: list[dict[str, Any]]  # the worker's records of the version's launches
     cache_dir: str
     import_paths: list[str]  # the folders the problem's format lets a version import from
+    shown_as: str | None = None
+    sha256: str | None = None
 
 
 # The unions, and what decodes them.

@@ -16,9 +16,11 @@ import argparse
 import contextlib
 import dataclasses
 import faulthandler
+import hashlib
 import importlib
 import importlib.util
 import json
+import linecache
 import os
 import resource
 import signal
@@ -84,7 +86,7 @@ class Worker:
     def op_load(self, request: messages.Load) -> messages.Reply:
         from krung.worker.entries import DEFAULT_ENTRY, EntryError, resolve
 
-        self.solution = Path(request.path).resolve()
+        self.solution = Path(request.shown_as or request.path).resolve()
         entry = request.entry or DEFAULT_ENTRY
         start = time.perf_counter()
         # What this evaluation sets for the import (a worker started in advance has not seen it).
@@ -98,7 +100,12 @@ class Worker:
 
             torch_build.install(request.build_cache, self.solution)
         before = set(sys.modules)
-        module = _import_version(self.solution)
+        try:
+            module = import_version(Path(request.path), self.solution, request.sha256)
+        except messages.VersionChanged as exc:
+            return messages.Failed({"type": "VersionChanged", "kind": "load", "message": str(exc),
+                                    "hint": "something rewrote the run's folder during the "
+                                            "run: evaluate the version again"})
         uses_triton = "triton" in sys.modules and (
             "triton" not in self.preloaded
             or _refers_to("triton", [module, *(sys.modules[m] for m in set(sys.modules) - before)]))
@@ -375,14 +382,27 @@ def move_to(cwd: str) -> None:
         sys.path[0] = os.getcwd()
 
 
-def _import_version(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("krung_version", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
+def import_version(path: Path, shown_as: Path | None = None, sha256: str | None = None) -> Any:
+    """Import the version from `path` (the run's copy of the bytes the host read, checked
+    against their `sha256`) as the file `shown_as` (the user's): tracebacks, inspect and
+    the DSLs that read a kernel's source (Triton) see that name with the copy's lines, and
+    the files beside it are importable. So every process runs the bytes the host recorded."""
+    data = path.read_bytes()
+    found = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and found != sha256:
+        raise messages.VersionChanged(f"{path} has sha256 {found}, not the {sha256} of the bytes krung "
+                             f"read")
+    shown = str(shown_as or path)
+    spec = importlib.util.spec_from_file_location("krung_version", shown)
+    if spec is None:
+        raise ImportError(f"cannot import {shown}")
     module = importlib.util.module_from_spec(spec)
+    # mtime None: linecache never reloads these lines from the user's file, which may differ.
+    linecache.cache[shown] = (len(data), None, importlib.util.decode_source(data)
+                              .splitlines(keepends=True), shown)
     sys.modules["krung_version"] = module
-    sys.path.insert(0, str(path.parent))  # the version may import files beside it
-    spec.loader.exec_module(module)
+    sys.path.insert(0, os.path.dirname(shown))  # the version may import files beside it
+    exec(compile(data, shown, "exec", dont_inherit=True), module.__dict__)
     return module
 
 

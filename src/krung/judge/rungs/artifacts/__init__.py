@@ -205,7 +205,8 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     what = f"compiling the version's kernels for {target.arch}"
     try:
         request = messages.Build(
-            version=str(ctx.solution.path), out_dir=str(out_dir), arch=target.arch,
+            version=str(ctx.solution.copy or ctx.solution.path), shown_as=str(ctx.solution.path),
+            sha256=ctx.solution.sha256, out_dir=str(out_dir), arch=target.arch,
             dsls=dsls + ([dsl] if dsl == "cupy" else []), launches=launches,
             cache_dir=str(build_cache.root_for(ctx.run_dir)),
             import_paths=list(ctx.problem.entry.get("import_paths", [])))

@@ -23,7 +23,7 @@ from krung.protocol.channel import Channel
 
 def build(request: messages.Build) -> messages.Reply:
     from krung.judge.rungs.artifacts.target import backends
-    from krung.worker.serve import _import_version
+    from krung.worker.serve import import_version
 
     registry = backends()
     chosen = [registry[d] for d in dict.fromkeys(request.dsls) if d in registry]
@@ -32,7 +32,8 @@ def build(request: messages.Build) -> messages.Reply:
     # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
     sys.path.extend(p for p in request.import_paths if p not in sys.path)
     try:
-        _import_version(Path(request.version))
+        shown = Path(request.shown_as) if request.shown_as else None
+        import_version(Path(request.version), shown, request.sha256)
     except BaseException as exc:  # the version's own import error: say so, with its stack
         return messages.Failed({
             "type": type(exc).__name__, "message": f"importing the version to compile its "

@@ -590,3 +590,34 @@ def test_a_version_relying_on_symmetric_inputs_passes_the_timed_check(krung, tmp
     result = krung("run", tmp_path / "sym", version("mirrors", MIRRORS_B), "--json",
                    "--rungs", ALL)
     assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+
+
+FORGED_CALL = {"ok": True, "specs": [], "tuple": False, "call_s": 0.0, "tampered": [],
+               "threads_started": 0, "__frames__": 0}
+
+
+@pytest.mark.parametrize(("forged", "words"), [
+    ({**FORGED_CALL, "outputs": [], "passed": True}, "does not declare: passed"),
+    ({**FORGED_CALL, "outputs": ["y"]}, "outputs [0] is str 'y', not a tensor"),
+], ids=["undeclared_field", "not_a_tensor"])
+def test_a_message_forged_on_the_workers_channel_fails_the_run(krung, scale_problem, version,
+                                                               forged, words):
+    """The worker's channel is a file descriptor the version can find (its --fd): a reply it
+    writes there is checked like the worker's own, and the run fails saying what is wrong
+    with it, never with an error deep in the judge."""
+    source = f"""
+        import json, os, sys
+        from multiprocessing.connection import Connection
+        FD = int(sys.argv[sys.argv.index("--fd") + 1])
+        def kernel(x):
+            Connection(os.dup(FD)).send_bytes(json.dumps({forged!r}).encode())
+            return x * 2 + 1
+    """
+    result = krung("run", scale_problem, version("forges", textwrap.dedent(source)), "--json",
+                   "--rungs", "static,compile,run")
+    assert result.code == 1, result.stdout + result.stderr
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("compile", "ProtocolError"), failed
+    assert "sent a malformed message during the first call (compile)" in failed["error"]
+    assert words in failed["error"], failed
+    assert "krung's channel" in failed["hint"]

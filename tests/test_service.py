@@ -20,6 +20,7 @@ import pytest
 
 from krung.host import service
 from krung.judge import gpu_lock
+from krung.protocol import messages
 from tests.conftest import GOOD, write
 
 QUICK = "static,compile,run"
@@ -307,9 +308,8 @@ def test_one_service_per_store_and_a_deep_store_folder(tmp_path):
 
 def test_a_caller_with_other_code_stops_the_service_and_is_served_cold(warm, store):
     spec = service.JudgeSpec.of(service.Settings(device="cpu"), {})
-    reply = service._ask(store, {"op": "acquire", "key": spec.key(), "spec": spec.to_json(),
-                                 "stamp": "another krung"})
-    assert reply["ok"] is False and "older krung code" in reply["why"]
+    reply = service._ask(store, messages.Acquire(spec.key(), spec.to_json(), "another krung"))
+    assert isinstance(reply, messages.Refused) and "older krung code" in reply.why
     assert _gone(warm["pid"], 10) is not None
 
 

@@ -35,6 +35,7 @@ from krung.judge.problem import (
     problem_name,
 )
 from krung.judge.solution import read_solution
+from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, spawn
 from krung.protocol.errors import KrungError, ProblemError, UsageError
 from krung.protocol.results import Run, RungResult
@@ -93,15 +94,19 @@ def evaluate(
     try:
         run.parent = _parent(db, parent, run)
         db.begin(run, names)
-        request = {
-            "problem": str(problem_dir), "solution": str(version.path), "rungs": names,
-            "device": settings.device, "seed": run.seed, "precision": precision,
-            "run_dir": str(db.artifacts_dir(run.run_id).resolve()), "cwd": os.getcwd(),
-            "settings": {k: str(v) if isinstance(v, Path) else v
-                         for k, v in settings.__dict__.items()},
+        run_dir = db.artifacts_dir(run.run_id).resolve()
+        copy = run_dir / "version" / version.name  # the bytes read here, which judge and
+        copy.parent.mkdir(exist_ok=True)  # worker load: all see what the store records
+        copy.write_bytes(version.data)
+        request = messages.Request(
+            problem=str(problem_dir), solution=str(version.path), version=str(copy),
+            sha256=version.sha256, rungs=names,
+            device=settings.device, seed=run.seed, precision=precision,
+            run_dir=str(run_dir), cwd=os.getcwd(),
+            settings={k: str(v) if isinstance(v, Path) else v
+                      for k, v in settings.__dict__.items()},
             # The roofline rung reads the device's ceilings measured before, if any.
-            "calibrations": db.calibrations() if {"roofline", "profile"} & set(names) else [],
-        }
+            calibrations=db.calibrations() if {"roofline", "profile"} & set(names) else [])
         with _sigterm_interrupts():
             interrupted = _drive_judge(run, db, request, settings, on_result, on_progress,
                                        on_env, env or {})
@@ -176,11 +181,11 @@ def _take_judge(settings: Settings, store: Path, run_dir: Path, env: dict[str, s
     return service.acquire(settings.service, store, spec) or ColdJudge(spec, run_dir)
 
 
-def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
+def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Settings,
                  on_result: OnResult | None, on_progress: OnProgress | None,
                  on_env: OnEnv | None, env: dict[str, str]) -> bool:
     """Send the request to a judge and record what it sends; True when interrupted."""
-    run_dir = Path(request["run_dir"])
+    run_dir = Path(request.run_dir)
     try:
         judge = _take_judge(settings, db.path, run_dir, env)
     except KeyboardInterrupt:  # a judge half taken sees its channel close, and ends
@@ -200,54 +205,56 @@ def _drive_judge(run: Run, db: Store, request: dict, settings: Settings,
             if not judge.channel.poll(limit):
                 stop_within = 0
                 raise _JudgeFailed(f"the judge sent nothing for {limit:g} s and was killed")
-            message = judge.channel.recv()
-            kind = message.get("type")
-            if kind != "ready":  # a pooled judge handed over before it was warm says so
-                limit = SILENCE_S
-            if not message.get("heartbeat"):
+            message = judge.channel.recv(expect=messages.FROM_JUDGE)
+            if not isinstance(message, messages.Ready):  # a judge handed over before it
+                limit = SILENCE_S  # was warm says so when it is
+            if not (isinstance(message, messages.Progress) and message.heartbeat):
                 moved_at = time.monotonic()
             elif time.monotonic() - moved_at > stall_limit:
                 stop_within = 0
                 raise _JudgeFailed(f"the judge was stuck for {stall_limit:g} s, longer than "
                                    f"any step may take, and was killed; it was at "
-                                   f"[{message['rung']}] {message['message']}")
-            if kind == "env":
-                run.env.update(message["env"])
+                                   f"[{message.rung}] {message.message}")
+            if isinstance(message, messages.Env):
+                run.env.update(message.env)
                 worker_pid = run.env.get("worker_pid", worker_pid)
                 run.device = run.env.get("device_name", run.device)
                 db.update_env(run)
-                if on_env and "device" in message["env"]:
+                if on_env and "device" in message.env:
                     on_env(run.env)
-            elif kind == "calibration":
-                db.save_calibration(message["entry"])
-            elif kind == "progress" and on_progress:
-                on_progress(message["rung"], message["message"])
-            elif kind == "rung":
-                result = RungResult.from_json(message["result"])
+            elif isinstance(message, messages.Calibration):
+                db.save_calibration(message.entry)
+            elif isinstance(message, messages.Progress) and on_progress:
+                on_progress(message.rung, message.message)
+            elif isinstance(message, messages.RungDone):
+                result = RungResult.from_json(message.result)
                 run.rungs.append(result)
                 db.add_rung(run.run_id, len(run.rungs) - 1, result)
                 if on_result:
                     on_result(result)
-            elif kind == "problem_error":
+            elif isinstance(message, messages.ProblemFailed):
                 db.discard(run.run_id)
-                raise ProblemError(request["problem"], [tuple(d) for d in message["defects"]])
-            elif kind == "error":
-                if message.get("usage"):
+                raise ProblemError(request.problem, [(what, fix) for what, fix in message.defects])
+            elif isinstance(message, messages.JudgeFailed):
+                if message.usage:
                     db.discard(run.run_id)
-                    raise UsageError(message["message"], hint=message.get("hint"))
-                raise _JudgeFailed(message["message"], message.get("details"))
-            elif kind == "done":
+                    raise UsageError(message.message, hint=message.hint)
+                raise _JudgeFailed(message.message, message.details)
+            elif isinstance(message, messages.Done):
                 break
     except ChannelClosed:
         code = judge.exit_status(10)
         how = f"exited with status {code}" if code is not None else f"(pid {judge.pid}) ended"
         run.error = (f"the judge process {how} before the evaluation ended; its log ends "
                      f"with:\n{_judge_log_tail(judge, run_dir)}")
+    except messages.ProtocolError as exc:  # the judge is krung's own: a bug, or mixed code
+        stop_within = 0
+        run.error = f"the judge sent a message krung does not declare: {exc}"
     except _JudgeFailed as exc:
         run.error = str(exc) + (f"\n{exc.details}" if exc.details else "")
     except KeyboardInterrupt:
         interrupted = True
-        rung = next((n for n in request["rungs"] if n not in {r.name for r in run.rungs}), None)
+        rung = next((n for n in request.rungs if n not in {r.name for r in run.rungs}), None)
         when = f"during the {rung} rung" if rung else "at the end"
         run.error = (f"interrupted (Ctrl-C or SIGTERM) {when}; the judge and its worker were "
                      "stopped, the rungs before were recorded")

@@ -46,6 +46,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, spawn
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
@@ -99,7 +100,7 @@ class JudgeSpec:
                            sorted(kept.items())])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> messages.JudgeSpecJson:
         return {"device": self.device, "cuda_ipc": self.cuda_ipc,
                 "max_file_bytes": self.max_file_bytes, "env": self.env}
 
@@ -133,10 +134,9 @@ class LeasedJudge:
 
     def exit_status(self, timeout: float) -> int | None:
         with contextlib.suppress(OSError, KrungError):
-            reply = _ask(self.store, {"op": "exit", "pid": self.pid, "timeout": timeout},
-                         timeout + REPLY_S)
-            if reply is not None:
-                return reply.get("status")
+            reply = _ask(self.store, messages.ExitOf(self.pid, timeout), timeout + REPLY_S)
+            if isinstance(reply, messages.Exited):
+                return reply.status
         return None
 
     def terminate(self) -> None:
@@ -162,27 +162,30 @@ def acquire(mode: str, store: Path, spec: JudgeSpec) -> LeasedJudge | None:
             start(store)  # unless one runs, with this code
         except KrungError:  # the evaluation goes on cold; the service's log says why
             return None
-    request = {"op": "acquire", "key": spec.key(), "spec": spec.to_json(), "stamp": code_stamp()}
+    request = messages.Acquire(spec.key(), spec.to_json(), code_stamp())
     try:
         with _connected(store) as sock:
             if sock is None:
                 return None
             _send(sock, request)
-            reply, fds = _receive(sock, want_fd=True)
+            data, fds = _receive(sock, want_fd=True)
     except OSError:  # the service went away meanwhile
         return None
-    if not reply.get("ok") or not fds:
+    try:
+        reply = messages.replies(request).decode(data)
+    except messages.ProtocolError:  # a service of other krung code: the judge starts cold
+        reply = None
+    if not isinstance(reply, messages.Handed) or not fds:
         for fd in fds:
             os.close(fd)
         return None
-    return LeasedJudge(Channel(Connection(fds[0])), int(reply["pid"]), Path(reply["log"]),
-                       store)
+    return LeasedJudge(Channel(Connection(fds[0])), reply.pid, Path(reply.log), store)
 
 
-def status(store: str | Path) -> dict[str, Any] | None:
+def status(store: str | Path) -> messages.ServiceStatus | None:
     """What the store's service is doing, or None when none runs."""
     with contextlib.suppress(OSError):
-        return _ask(store, {"op": "status"})
+        return _ask(store, messages.StatusOf())
     return None
 
 
@@ -190,7 +193,7 @@ def stop(store: str | Path, wait_s: float = 10.0) -> bool:
     """Stop the store's service and wait (up to `wait_s`) until it has exited; the
     evaluations it handed out go on. False when none ran."""
     try:
-        stopped = _ask(store, {"op": "stop"}) is not None
+        stopped = _ask(store, messages.Stop()) is not None
     except OSError:
         return False
     _, lock_path, _ = paths(store)
@@ -201,11 +204,14 @@ def stop(store: str | Path, wait_s: float = 10.0) -> bool:
 
 
 def start(store: str | Path, pool: int = POOL, idle_s: float = IDLE_S,
-          owner: int | None = None, wait_s: float = 60.0) -> dict[str, Any]:
+          owner: int | None = None, wait_s: float = 60.0) -> messages.ServiceStatus:
     """Start a service for `store` (unless one runs with krung's code as it is now: one with
     older code is stopped) and return its status once it answers. Raises KrungError when it
     does not come up."""
-    found = status(store)
+    try:
+        found: Any = status(store)
+    except OtherCode:
+        found = {}  # no stamp: stopped below
     if found is not None and found.get("stamp") == code_stamp():
         return found
     if found is not None:
@@ -249,15 +255,14 @@ def serving(settings: Settings, pool: int = POOL, kinds: list[JudgeSpec] | None 
     try:
         found = status(settings.store)
         if found is not None and found.get("stamp") == code_stamp():
-            previous = _ask(settings.store, {"op": "pool", "size": pool})
+            previous = _ask(settings.store, messages.Resize(pool))
         elif start_one or settings.service == "on":
             start(settings.store, pool=pool, owner=os.getpid())
             started = True
         else:
             kinds = []
         for spec in [JudgeSpec.of(settings, {})] if kinds is None else kinds:
-            _ask(settings.store, {"op": "prime", "key": spec.key(), "spec": spec.to_json(),
-                                  "stamp": code_stamp()})
+            _ask(settings.store, messages.Prime(spec.key(), spec.to_json(), code_stamp()))
     except (OSError, KrungError):
         pass
     try:
@@ -266,18 +271,29 @@ def serving(settings: Settings, pool: int = POOL, kinds: list[JudgeSpec] | None 
         with contextlib.suppress(OSError, KrungError):
             if started:
                 stop(settings.store)
-            elif previous is not None:
-                _ask(settings.store, {"op": "pool", "size": previous.get("previous", POOL)})
+            elif isinstance(previous, messages.Resized):
+                _ask(settings.store, messages.Resize(previous.previous))
 
 
-def _ask(store: str | Path, request: dict[str, Any],
-         timeout: float = REPLY_S) -> dict[str, Any] | None:
+class OtherCode(KrungError):
+    """The service answered in a way this krung does not declare: it runs other code."""
+
+
+def _ask(store: str | Path, request: messages.ToService,
+         timeout: float = REPLY_S) -> Any:
+    """The service's reply to `request` (its messages.Reply, or messages.Refused), or None
+    when no service runs."""
     with _connected(store, timeout) as sock:
         if sock is None:
             return None
         _send(sock, request)
-        reply, _ = _receive(sock)
-        return reply
+        data, _ = _receive(sock)
+    try:
+        return messages.replies(request).decode(data)
+    except messages.ProtocolError as exc:
+        raise OtherCode(f"the krung service for {store} runs other krung code: {exc}",
+                        hint="stop it (`krung service stop`); the next evaluation or "
+                             "`krung service start` starts one with this code") from None
 
 
 @contextlib.contextmanager
@@ -349,11 +365,11 @@ def _address(path: Path) -> Iterator[str]:
         os.close(fd)
 
 
-def _send(sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> None:
-    """Send one JSON line; with `fd`, that file descriptor rides on its first bytes. Once
-    those are sent the fd is the peer's, whatever becomes of the rest (an error then is
-    `_Delivered`)."""
-    data = json.dumps(message).encode() + b"\n"
+def _send(sock: socket.socket, message: messages.Message, fd: int | None = None) -> None:
+    """Send one message as a JSON line; with `fd`, that file descriptor rides on its first
+    bytes. Once those are sent the fd is the peer's, whatever becomes of the rest (an error
+    then is `_Delivered`)."""
+    data = json.dumps(messages.encode(message)).encode() + b"\n"
     if fd is None:
         sock.sendall(data)
         return
@@ -369,8 +385,9 @@ class _Delivered(Exception):
     """The file descriptor went out, the rest of its message did not."""
 
 
-def _receive(sock: socket.socket, want_fd: bool = False) -> tuple[dict[str, Any], list[int]]:
-    """One JSON line, and the file descriptors that came with its first bytes."""
+def _receive(sock: socket.socket, want_fd: bool = False) -> tuple[Any, list[int]]:
+    """One JSON line, as it was sent, and the file descriptors that came with its first
+    bytes."""
     chunks: list[bytes] = []
     fds: list[int] = []
     while not chunks or not chunks[-1].endswith(b"\n"):
@@ -411,7 +428,7 @@ class _Pooled:
 
 @dataclass
 class _Pool:
-    spec: dict[str, Any]
+    spec: messages.JudgeSpecJson
     judges: list[_Pooled] = field(default_factory=list)  # waiting for an evaluation
     running: int = 0  # handed out, still at work
     used_at: float = field(default_factory=time.monotonic)
@@ -498,12 +515,13 @@ class Service:
             try:
                 if not self._same_user(conn):
                     return
-                request, _ = _receive(conn)
-                handler = getattr(self, f"_op_{request.get('op')}", None)
-                if handler is None:
-                    _send(conn, {"ok": False, "why": f"unknown op {request.get('op')!r}"})
-                else:
-                    handler(conn, request)
+                data, _ = _receive(conn)
+                try:
+                    request = messages.TO_SERVICE.decode(data)
+                except messages.ProtocolError as exc:
+                    _send(conn, messages.Refused(str(exc)))
+                    return
+                getattr(self, f"_op_{request.TAG}")(conn, request)
             except (OSError, ValueError) as exc:
                 print(f"a request failed: {exc}", flush=True)
 
@@ -513,7 +531,7 @@ class Service:
         _, uid, _ = struct.unpack("3i", creds)
         return uid == os.getuid()
 
-    def _op_acquire(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    def _op_acquire(self, conn: socket.socket, request: messages.Acquire) -> None:
         with self.lock:
             self.used_at = time.monotonic()
             pool, why = self._pool_for(request)
@@ -522,11 +540,11 @@ class Service:
                 assert pool is not None
                 pool.running += 1  # from here, so a second caller does not count it idle
         if judge is None:
-            _send(conn, {"ok": False, "why": why})
+            _send(conn, messages.Refused(why))
             return
         try:
-            _send(conn, {"ok": True, "pid": judge.process.pid, "log": str(judge.log),
-                         "ready": judge.ready}, fd=judge.channel.fileno())
+            _send(conn, messages.Handed(judge.process.pid, str(judge.log), judge.ready),
+                  fd=judge.channel.fileno())
         except OSError:  # nothing went: the caller left, and the judge is as good as before
             with self.lock:
                 assert pool is not None
@@ -539,58 +557,58 @@ class Service:
         print(f"judge {judge.process.pid} handed out ({'ready' if judge.ready else 'starting'})",
               flush=True)
         with self.lock:
-            self.busy[judge.process.pid] = (judge.process, str(request["key"]))
+            self.busy[judge.process.pid] = (judge.process, request.key)
             self.served += 1
 
-    def _op_prime(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    def _op_prime(self, conn: socket.socket, request: messages.Prime) -> None:
         with self.lock:
             _, why = self._pool_for(request)
-        _send(conn, {"ok": why is None, "why": why})
+        _send(conn, messages.Primed() if why is None else messages.Refused(why))
 
-    def _op_pool(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    def _op_pool(self, conn: socket.socket, request: messages.Resize) -> None:
         with self.lock:
-            previous, self.size = self.size, max(1, int(request["size"]))
+            previous, self.size = self.size, max(1, request.size)
             for pool in self.pools.values():
                 self._fill(pool)
-        _send(conn, {"ok": True, "previous": previous})
+        _send(conn, messages.Resized(previous))
 
-    def _op_exit(self, conn: socket.socket, request: dict[str, Any]) -> None:
-        pid = int(request["pid"])
+    def _op_exit(self, conn: socket.socket, request: messages.ExitOf) -> None:
         with self.lock:
-            process, _ = self.busy.get(pid, (None, ""))
+            process, _ = self.busy.get(request.pid, (None, ""))
         if process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=float(request.get("timeout", 10)))
+                process.wait(timeout=request.timeout)
         with self.lock:
             self._reap()
-            _send(conn, {"ok": True, "status": self.statuses.get(pid)})
+            _send(conn, messages.Exited(self.statuses.get(request.pid)))
 
-    def _op_status(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    def _op_status(self, conn: socket.socket, request: messages.StatusOf) -> None:
         with self.lock:
-            pools = [{"device": p.spec["device"], "ready": p.ready(),
-                      "starting": len(p.judges) - p.ready(), "running": p.running,
-                      "broken": p.broken} for p in self.pools.values()]
-            _send(conn, {"ok": True, "pid": os.getpid(), "store": str(self.store),
-                         "stamp": self.stamp,
-                         "started_at": self.started_at, "pool_size": self.size,
-                         "idle_s": self.idle_s,
-                         "idle_left_s": round(self.idle_s - (time.monotonic() - self.used_at)),
-                         "served": self.served, "running": len(self.busy), "pools": pools})
+            pools = [messages.PoolStatus(device=p.spec["device"], ready=p.ready(),
+                                         starting=len(p.judges) - p.ready(),
+                                         running=p.running, broken=p.broken)
+                     for p in self.pools.values()]
+            _send(conn, messages.ServiceStatus(
+                pid=os.getpid(), store=str(self.store), stamp=self.stamp,
+                started_at=self.started_at, pool_size=self.size, idle_s=self.idle_s,
+                idle_left_s=round(self.idle_s - (time.monotonic() - self.used_at)),
+                served=self.served, running=len(self.busy), pools=pools))
 
-    def _op_stop(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    def _op_stop(self, conn: socket.socket, request: messages.Stop) -> None:
         self.why_stopped = "asked to stop"
         self.stopping.set()
-        _send(conn, {"ok": True})
+        _send(conn, messages.Stopped())
 
     # The pools (with self.lock held).
 
-    def _pool_for(self, request: dict[str, Any]) -> tuple[_Pool | None, str | None]:
-        if request.get("stamp") != self.stamp:
+    def _pool_for(self, request: messages.Acquire | messages.Prime,
+                  ) -> tuple[_Pool | None, str | None]:
+        if request.stamp != self.stamp:
             self.why_stopped = "krung's source changed since it started"
             self.stopping.set()
             return None, "the service runs older krung code than yours; it is stopping"
-        spec = request["spec"]
-        key = str(request["key"])
+        spec = request.spec
+        key = request.key
         pool = self.pools.get(key)
         if pool is None:
             pool = self.pools[key] = _Pool(spec)
@@ -617,7 +635,7 @@ class Service:
         while len(pool.judges) + pool.running < self.size and not pool.broken:
             pool.judges.append(self._spawn(pool.spec))
 
-    def _spawn(self, spec: dict[str, Any]) -> _Pooled:
+    def _spawn(self, spec: messages.JudgeSpecJson) -> _Pooled:
         number = next(self.numbers)
         log = self.folder / f"judge-{number}.log"
         worker_log = self.folder / f"worker-{number}.log"
@@ -657,10 +675,10 @@ class Service:
     def _hear(self, pool: _Pool, judge: _Pooled) -> None:
         """A pooled judge spoke before its evaluation: it is ready, or it died."""
         try:
-            message = judge.channel.recv()
+            message = judge.channel.recv(expect=messages.FROM_JUDGE)
         except (ChannelClosed, ValueError):
             message = None
-        if message is not None and message.get("type") == "ready":
+        if isinstance(message, messages.Ready):
             judge.ready = True
             pool.failures = 0
             return

@@ -14,6 +14,7 @@ service starts its worker in advance): what the version's import needs from the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, TooLarge, spawn
 from krung.protocol.errors import RungFailed
 
@@ -71,7 +73,7 @@ class Candidate:
         self.dead: str | None = None  # why the worker is gone, once it is
         self.failed_start: RungFailed | None = None  # how its start failed, told again
         self.started_at = 0.0
-        # Sent with the `load` request: {"env": {...}, "cwd": "..."} for the version's import.
+        # Added to the `load` request: {"env": {...}, "cwd": "..."} for the version's import.
         self.at_load: dict[str, Any] = {}
 
     def start(self, preload: tuple[str, ...] = ()) -> None:
@@ -115,35 +117,39 @@ class Candidate:
         return self.process.pid if self.process else None
 
     def hello(self, timeout: float) -> dict[str, Any]:
+        """The worker's facts (messages.Hello as a dict, with its start-up time)."""
         if self.failed_start is not None:
             raise self.failed_start
         if not self.facts:
             try:
-                self.facts = self._receive("starting the worker", timeout,
-                                           limit="--compile-timeout")
+                said = self._receive("starting the worker", timeout, messages.HELLO,
+                                     limit="--compile-timeout")
             except RungFailed as exc:
                 self.failed_start = exc
                 raise
-            self.facts["startup_s"] = round(time.perf_counter() - self.started_at, 3)
+            self.facts = {**said, "startup_s": round(time.perf_counter() - self.started_at, 3)}
         return self.facts
 
-    def request(self, message: dict[str, Any], timeout: float, what: str,
-                max_tensor_bytes: int | None = None,
-                limit: str = "--timeout") -> dict[str, Any]:
-        """Send one request and wait for its reply; raise RungFailed if the worker fails us.
-        `limit` is the option that sets `timeout`, named in the hint when it runs out."""
+    def request(self, message: messages.ToWorker | dict[str, Any], timeout: float, what: str,
+                max_tensor_bytes: int | None = None, limit: str = "--timeout") -> Any:
+        """Send one request (a dict is taken as the message it spells) and return the
+        worker's reply to it, checked: its messages.Reply, or messages.Failed. RungFailed if
+        the worker fails us (hangs, dies, or sends what krung does not declare). `limit` is
+        the option that sets `timeout`, named in the hint when it runs out."""
+        if isinstance(message, dict):
+            message = messages.TO_WORKER.decode(message)
         self.hello(timeout)
         assert self.channel is not None
-        if message.get("op") == "load":
-            message = {**message, **self.at_load}
+        if isinstance(message, messages.Load):
+            message = dataclasses.replace(message, **self.at_load)
         try:
             self.channel.send(message)
         except ChannelClosed:
             self._died(what)
-        return self._receive(what, timeout, max_tensor_bytes, limit)
+        return self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
 
-    def _receive(self, what: str, timeout: float, max_tensor_bytes: int | None = None,
-                 limit: str = "--timeout") -> dict[str, Any]:
+    def _receive(self, what: str, timeout: float, expect: messages.Replies,
+                 max_tensor_bytes: int | None = None, limit: str = "--timeout") -> Any:
         if self.dead:
             raise RungFailed("WorkerDead", f"the version's process is gone ({self.dead})",
                              "fix the failure reported by the earlier rung first")
@@ -151,7 +157,7 @@ class Candidate:
         if not self.channel.poll(timeout):
             self._timed_out(what, timeout, limit)
         try:
-            return self.channel.recv(max_tensor_bytes)
+            return self.channel.recv(max_tensor_bytes, expect)
         except ChannelClosed:
             self._died(what)
         except TooLarge as exc:
@@ -159,12 +165,14 @@ class Candidate:
             self.dead = "its reply was too large"
             raise RungFailed("OutputTooLarge", f"{exc} (in {what})",
                              "return outputs of the reference's shapes and dtypes") from None
-        except ValueError as exc:  # not JSON: something other than the worker loop wrote it
+        except ValueError as exc:  # messages.ProtocolError, or not JSON at all: something
+            # other than the worker's loop wrote to the channel (the version can)
             self.kill()
             self.dead = "it sent a malformed message"
             raise RungFailed("ProtocolError", f"the version's process sent a malformed message "
-                             f"during {what} ({exc})",
-                             "a version must not write to krung's channel") from None
+                             f"during {what}: {exc}",
+                             "a version must not write to krung's channel (its file "
+                             "descriptor is the worker's, not the version's)") from None
         raise AssertionError("unreachable")
 
     def _timed_out(self, what: str, timeout: float, limit: str) -> None:

@@ -29,7 +29,7 @@ from krung.judge.contract import (
     dtype_name,
     forbidden_op_names,
 )
-from krung.protocol import tree
+from krung.protocol import messages, tree
 from krung.protocol.errors import RungFailed, UsageError
 from krung.protocol.results import RungResult, Status
 from krung.worker.guard import NAN_BYTE
@@ -190,58 +190,60 @@ class Context:
         result = self.problem.reference(*tree.clone(inputs))
         return list(result) if isinstance(result, (tuple, list)) else [result]
 
-    def load(self) -> dict[str, Any]:
+    def load(self) -> messages.Loaded:
         """Import the version in the worker (once); raise RungFailed if that fails."""
         what = "the import of the version"
         reply = self.candidate.request(self.load_message(), self.settings.compile_timeout_s,
                                        what, limit="--compile-timeout")
-        if not reply.get("ok"):
-            raise failure(reply["error"], what)
+        if isinstance(reply, messages.Failed):
+            raise failure(reply.error, what)
         self.loaded = True
         return reply
 
-    def load_message(self) -> dict[str, Any]:
+    def load_message(self) -> messages.Load:
         """The `load` request for any worker of this version (the ladder's own, or a fresh
         one under ncu or compute-sanitizer): its file, the problem's entry and import paths,
         and on a GPU the build cache torch builds CUDA C++ in."""
-        request = load_request(self.problem, self.solution.path)
+        cache = None
         if self.device != "cpu" and self.solution.dsl == "cuda":
             from krung.protocol import build_cache  # torch builds CUDA C++ in a cache by the store
 
-            request["build_cache"] = str(build_cache.root_for(self.run_dir))
-        return request
+            cache = str(build_cache.root_for(self.run_dir))
+        return messages.Load(path=str(self.solution.copy or self.solution.path),
+                             shown_as=str(self.solution.path), sha256=self.solution.sha256,
+                             entry=self.problem.entry, build_cache=cache)
 
-    def ask(self, message: dict[str, Any], what: str, timeout: float,
-            max_tensor_bytes: int | None = None) -> dict[str, Any]:
-        """One request to the worker, with the version loaded; RungFailed if it fails."""
+    def ask(self, message: messages.ToWorker, what: str, timeout: float,
+            max_tensor_bytes: int | None = None) -> Any:
+        """One request to the worker, with the version loaded: its reply (a messages.Reply);
+        RungFailed if it fails."""
         if not self.loaded:
             self.load()
         reply = self.candidate.request(message, timeout, what, max_tensor_bytes)
-        if not reply.get("ok"):
-            raise failure(reply["error"], what)
+        if isinstance(reply, messages.Failed):
+            raise failure(reply.error, what)
         return reply
 
     def checked_call(self, inputs: tuple, expected: list, what: str, *,
-                     poison_byte: int = NAN_BYTE, trace: bool = False) -> dict[str, Any]:
+                     poison_byte: int = NAN_BYTE, trace: bool = False) -> messages.Called:
         """Run the version once under the call contract (krung.judge.contract): the memory its
         outputs will likely get is poisoned first (and so are output buffers passed among
         its inputs); its outputs, its inputs afterwards and its conduct are checked; a reply
         far larger than the outputs is refused unread."""
         writable = self.problem.writable_leaves(inputs)
-        message = {
-            "op": "call", "inputs": list(poison_leaves(inputs, writable, poison_byte)),
-            "poison": {"byte": poison_byte, "specs": [
+        message = messages.Call(
+            inputs=list(poison_leaves(inputs, writable, poison_byte)),
+            poison={"byte": poison_byte, "specs": [
                 {"shape": list(e.shape), "dtype": dtype_name(e)} for e in expected]},
-            "return_inputs": not self.problem.inplace,
-            "trace_ops": trace and bool(self.problem.forbid_ops),
-        }
+            return_inputs=not self.problem.inplace,
+            trace_ops=trace and bool(self.problem.forbid_ops))
         limit = 2 * (nbytes(inputs) + nbytes(expected)) + (1 << 20)
         reply = self.ask(message, what, self.settings.call_timeout_s, limit)
         check_conduct(reply, what, forbidden_op_names(self.problem.forbid_ops))
         check_outputs(reply, expected, self.device, what,
                       exact=not self.problem.check_decides_outputs)
-        if "inputs_after" in reply:
-            check_inputs_unchanged(reply["inputs_after"], inputs, what, writable)
+        if reply.inputs_after is not None:
+            check_inputs_unchanged(reply.inputs_after, inputs, what, writable)
         return reply
 
 
@@ -249,11 +251,6 @@ def derive_seed(secret: int, purpose: str, *parts: Any) -> int:
     """A seed for one purpose, derived from the evaluation's secret seed."""
     text = "/".join(str(p) for p in (secret, purpose, *parts))
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
-
-
-def load_request(problem: Problem, path: Path) -> dict[str, Any]:
-    """The worker's `load` request: the version's file and the entry the format asks for."""
-    return {"op": "load", "path": str(path), "entry": problem.entry}
 
 
 def poison_leaves(inputs: tuple, writable: set[int], byte: int) -> tuple:

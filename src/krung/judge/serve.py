@@ -8,8 +8,8 @@ rungs' modules imported, its worker's hello received; then it says `ready`. It i
 problem (never the version), makes the inputs, computes the expected outputs and compares;
 the version runs in the worker, which the judge polices.
 
-Results stream back as tagged JSON messages: `ready` (pooled, before the request), `env`,
-`progress`, `rung`, `problem_error`, `error`, `done`. While it serves the request, the judge
+Results stream back as tagged messages (krung.protocol.messages.FROM_JUDGE): `ready` (pooled,
+before the request), `env`, `progress`, `calibration`, `rung`, `problem_error`, `error`, `done`. While it serves the request, the judge
 says something at least every HEARTBEAT_S (a progress message that repeats the last one with
 the time since), so its caller sees a slow rung and tells a hung judge from a busy one fast.
 SIGTERM, or a caller that is gone, ends the judge and its workers at once.
@@ -36,7 +36,8 @@ from krung.judge.candidate import Candidate, kill_all
 from krung.judge.ladder import RUNGS, Context, climb, derive_seed, rung_module
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
-from krung.judge.solution import read_solution
+from krung.judge.solution import read_copy
+from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed
 from krung.protocol.errors import KrungError, ProblemError, RungFailed
 from krung.protocol.results import RungResult
@@ -62,16 +63,16 @@ class Pulse:
         self._stopped = threading.Event()
         threading.Thread(target=self._beat, name="krung-heartbeat", daemon=True).start()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: messages.FromJudge) -> None:
         with self._lock:
             self._channel.send(message)
             self._last_sent = time.monotonic()
-            if message.get("type") == "progress":
-                self._rung, self._message = message["rung"], message["message"]
+            if isinstance(message, messages.Progress):
+                self._rung, self._message = message.rung, message.message
                 self._since = self._last_sent
 
     def progress(self, rung: str, message: str) -> None:
-        self.send({"type": "progress", "rung": rung, "message": message})
+        self.send(messages.Progress(rung=rung, message=message))
 
     def starting(self, rung: str) -> None:
         with self._lock:
@@ -87,8 +88,9 @@ class Pulse:
                 if now - self._last_sent < self._interval or self._stopped.is_set():
                     continue
                 try:
-                    self._channel.send({"type": "progress", "rung": self._rung, "heartbeat": True,
-                                        "message": f"{self._message} ({now - self._since:.0f} s)"})
+                    self._channel.send(messages.Progress(
+                        rung=self._rung, message=f"{self._message} ({now - self._since:.0f} s)",
+                        heartbeat=True))
                 except ChannelClosed:
                     abort()
                 self._last_sent = now
@@ -104,49 +106,47 @@ def abort(*_: Any) -> None:
     os._exit(1)
 
 
-def judge(pulse: Pulse, request: dict[str, Any], candidate: Candidate, device: str,
+def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device: str,
           logs: tuple[Path, Path]) -> None:
-    settings = Settings(**request["settings"])
-    run_dir = Path(request["run_dir"])
+    settings = Settings(**request.settings)
+    run_dir = Path(request.run_dir)
     from krung.judge.rungs.artifacts.dumped import dump_env
 
-    if request.get("cwd"):  # a pooled judge started elsewhere: work where the caller does
-        move_to(request["cwd"])
+    if request.cwd:  # a pooled judge started elsewhere: work where the caller does
+        move_to(request.cwd)
     _move_logs(logs, run_dir, candidate)
-    solution = read_solution(request["solution"])
+    solution = read_copy(request.version, request.solution, request.sha256)
     candidate.solution = solution.path
     # The DSLs that can keep the kernels they compile (CuTeDSL) keep them in the run's folder.
     candidate.at_load = {"env": dump_env(run_dir), "cwd": os.getcwd()}
-    pulse.send({"type": "env", "env": {"worker_pid": candidate.pid, "judge_pid": os.getpid()}})
+    pulse.send(messages.Env({"worker_pid": candidate.pid, "judge_pid": os.getpid()}))
     try:
         if device == "cuda":
             candidate.use_cuda_ipc()
-            if {"benchmark", "roofline"} & set(request["rungs"]):  # the reference is timed too
+            if {"benchmark", "roofline"} & set(request.rungs):  # the reference is timed too
                 from krung.worker.timing import warm_profiler
 
                 warm_profiler()
-        problem = load_problem(Path(request["problem"]), request.get("precision"), settings.scale)
+        problem = load_problem(Path(request.problem), request.precision, settings.scale)
         settings = _capped(settings, problem)
         if problem.setup is not None:  # e.g. KernelBench: the reference model's weights
-            problem.setup(derive_seed(int(request["seed"]), "setup"), device)
+            problem.setup(derive_seed(request.seed, "setup"), device)
         check_behaviour(problem, device)
         env = {**environment(device), "problem_format": problem.format, **problem.facts}
         ctx = Context(problem=problem, solution=solution, device=device, candidate=candidate,
-                      settings=settings, seed=int(request["seed"]), run_dir=run_dir, env=env,
-                      progress=pulse.progress,
-                      calibrations=list(request.get("calibrations") or []),
-                      save_calibration=lambda entry: pulse.send(
-                          {"type": "calibration", "entry": entry}))
-        pulse.send({"type": "env", "env": env})
+                      settings=settings, seed=request.seed, run_dir=run_dir, env=env,
+                      progress=pulse.progress, calibrations=list(request.calibrations),
+                      save_calibration=lambda entry: pulse.send(messages.Calibration(entry)))
+        pulse.send(messages.Env(env))
 
         def emit(result: RungResult) -> None:
-            pulse.send({"type": "rung", "result": result.to_json()})
+            pulse.send(messages.RungDone(result.to_json()))
 
-        climb(ctx, list(request["rungs"]), emit, starting=pulse.starting)
-        pulse.send({"type": "env", "env": {**environment(device), **_worker_facts(candidate)}})
+        climb(ctx, list(request.rungs), emit, starting=pulse.starting)
+        pulse.send(messages.Env({**environment(device), **_worker_facts(candidate)}))
     finally:
         candidate.close()
-    pulse.send({"type": "done"})
+    pulse.send(messages.Done())
 
 
 def _move_logs(logs: tuple[Path, Path], run_dir: Path, candidate: Candidate) -> None:
@@ -266,10 +266,12 @@ def main(argv: list[str] | None = None) -> None:
         failed = exc
     try:
         if args.pooled:
-            channel.send({"type": "ready"})
-        request = channel.recv()
+            channel.send(messages.Ready())
+        request = channel.recv(expect=messages.TO_JUDGE)
     except ChannelClosed:  # nobody will ask: the service stopped before handing us out
         abort()
+    except messages.ProtocolError as exc:  # told to the caller, as a failure to start is
+        failed = failed or exc
     pulse = Pulse(channel)
     try:
         if failed is not None:
@@ -278,16 +280,15 @@ def main(argv: list[str] | None = None) -> None:
     except ChannelClosed:
         abort()
     except ProblemError as exc:
-        pulse.send({"type": "problem_error", "message": exc.message, "hint": exc.hint,
-                    "defects": exc.defects})
+        pulse.send(messages.ProblemFailed(exc.message, [list(d) for d in exc.defects],
+                                          hint=exc.hint))
     except KrungError as exc:
-        pulse.send({"type": "error", "message": exc.message, "hint": exc.hint, "usage": True})
+        pulse.send(messages.JudgeFailed(exc.message, hint=exc.hint, usage=True))
     except RungFailed as exc:  # the worker failed before any rung began
-        pulse.send({"type": "error", "message": str(exc), "hint": exc.hint,
-                    "details": exc.details})
+        pulse.send(messages.JudgeFailed(str(exc), hint=exc.hint, details=exc.details))
     except Exception as exc:
-        pulse.send({"type": "error", "message": f"{type(exc).__name__}: {exc}",
-                    "details": traceback.format_exc()})
+        pulse.send(messages.JudgeFailed(f"{type(exc).__name__}: {exc}",
+                                        details=traceback.format_exc()))
     finally:
         pulse.stop()
         candidate.close()

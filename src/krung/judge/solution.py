@@ -9,18 +9,21 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from krung.protocol.errors import UsageError
+from krung.protocol.messages import VersionChanged
 
 ENTRY_POINT = "kernel"
 
 @dataclass(frozen=True)
 class Solution:
-    path: Path
+    path: Path  # the file as the user named it: errors and tracebacks name it
     source: str
     sha256: str
+    data: bytes = field(default=b"", repr=False)  # its bytes, as read once by the host
+    copy: Path | None = None  # the run's copy of those bytes, which judge and worker load
 
     @property
     def name(self) -> str:
@@ -45,7 +48,19 @@ def read_solution(path: str | Path) -> Solution:
                          hint="a version is one .py file that defines `kernel(*inputs)`")
     data = file.read_bytes()
     return Solution(path=file.resolve(), source=data.decode(errors="replace"),
-                    sha256=hashlib.sha256(data).hexdigest())
+                    sha256=hashlib.sha256(data).hexdigest(), data=data)
+
+
+def read_copy(copy: str | Path, shown_as: str | Path, sha256: str) -> Solution:
+    """The version from the run's copy of the bytes the host read, as the file the user
+    named (`shown_as`); VersionChanged when the copy's bytes are not those (`sha256`)."""
+    data = Path(copy).read_bytes()
+    found = hashlib.sha256(data).hexdigest()
+    if found != sha256:
+        raise VersionChanged(f"the run's copy of {shown_as} ({copy}) has sha256 {found}, "
+                             f"not the {sha256} of the bytes krung read")
+    return Solution(path=Path(shown_as), source=data.decode(errors="replace"), sha256=sha256,
+                    data=data, copy=Path(copy))
 
 
 def save_version(source: str, *, name: str | None = None,

@@ -9,6 +9,10 @@ Structures arrive as they were sent: tuples stay tuples (a GPU MODE data object 
 one), dicts keep keys that are not strings, and a tensor whose strides describe a dense layout other than row-major (a transposed,
 column-major input) arrives with those strides, because kernels that read raw memory depend
 on them.
+
+Messages (krung.protocol.messages) are encoded on `send` and, given what to `expect`,
+decoded and checked on `recv`; whatever is malformed, down to a tensor's description,
+raises messages.ProtocolError (a ValueError): the worker's side can write anything.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from krung.protocol import messages
 from krung.protocol.results import json_safe
 
 TENSOR_KEY = "__tensor__"
@@ -54,7 +59,9 @@ class Channel:
     def fileno(self) -> int:
         return self._conn.fileno()
 
-    def send(self, header: dict[str, Any]) -> None:
+    def send(self, header: messages.Message | dict[str, Any]) -> None:
+        if isinstance(header, messages.Message):
+            header = messages.encode(header)
         tensors: list[Any] = []
         body = _replace_tensors(header, tensors)
         specs: list[dict[str, Any]] = []
@@ -81,30 +88,38 @@ class Channel:
     def poll(self, timeout: float | None) -> bool:
         return self._conn.poll(timeout)
 
-    def recv(self, max_tensor_bytes: int | None = None) -> dict[str, Any]:
+    def recv(self, max_tensor_bytes: int | None = None,
+             expect: messages.TaggedUnion | messages.Replies | None = None) -> Any:
         """The next message; tensors come back as CPU tensors, or CUDA ones when they came by
         IPC. With `max_tensor_bytes`, a message whose tensors add up to more is refused before
-        any of them is allocated (the channel is then unusable)."""
+        any of them is allocated (the channel is then unusable). With `expect`, the message
+        it decodes (ProtocolError if it is none of them), else the data as sent."""
+        data = self._recv(max_tensor_bytes)
+        return data if expect is None else expect.decode(data)
+
+    def _recv(self, max_tensor_bytes: int | None) -> dict[str, Any]:
         try:
             header = json.loads(self._conn.recv_bytes(MAX_FRAME_BYTES))
             self._free_exported()  # the peer answered: it has copied what we sent
-            count = int(header.pop("__frames__", 0))
+            if not isinstance(header, dict):
+                raise messages.ProtocolError(f"a message is a JSON object, not "
+                                             f"{type(header).__name__}")
+            count = header.pop("__frames__", 0)
             specs: list[dict[str, Any]] = []
             _collect_specs(header, specs)
             if not specs:
                 return _restore_tensors(header, [])  # tuples, still tagged
-            if max_tensor_bytes is not None:
-                total = sum(_nbytes(s) for s in specs)
-                if total > max_tensor_bytes:
-                    raise TooLarge(f"the reply holds {total} bytes of tensors, more than the "
-                                   f"{max_tensor_bytes} expected")
-            framed = [s for s in specs if "ipc" not in s]
-            if len(framed) != count:
-                raise ValueError(f"message announced {count} frames and described {len(framed)}")
+            total = _checked_nbytes(specs, count)
+            if max_tensor_bytes is not None and total > max_tensor_bytes:
+                raise TooLarge(f"the reply holds {total} bytes of tensors, more than the "
+                               f"{max_tensor_bytes} expected")
             tensors = [self._recv_tensor(spec) for spec in sorted(specs, key=_index)]
+            return _restore_tensors(header, tensors)
         except (EOFError, ConnectionResetError, OSError) as exc:
             raise ChannelClosed(str(exc) or "end of stream") from exc
-        return _restore_tensors(header, tensors)
+        except (KeyError, TypeError, IndexError) as exc:  # a structure the peer made up
+            raise messages.ProtocolError(f"a message's structure is malformed "
+                                         f"({type(exc).__name__}: {exc})") from None
 
     def _free_exported(self) -> None:
         for exported in self._exported:
@@ -199,6 +214,29 @@ def _collect_specs(value: Any, specs: list[dict[str, Any]]) -> None:
     elif isinstance(value, list):
         for v in value:
             _collect_specs(v, specs)
+
+
+def _checked_nbytes(specs: list[dict[str, Any]], frames: Any) -> int:
+    """The bytes the tensors `specs` describe, once they are found well formed (numbered
+    0..n-1, each with a dtype torch knows and a shape of sizes, as many raw frames announced
+    as they need), before anything is allocated for them."""
+    import torch
+
+    def wrong(why: str) -> messages.ProtocolError:
+        return messages.ProtocolError(f"a message's tensors are malformed: {why}")
+
+    if sorted(s[TENSOR_KEY] for s in specs) != list(range(len(specs))):
+        raise wrong("not numbered 0..n-1")
+    for spec in specs:
+        if not isinstance(getattr(torch, str(spec.get("dtype")), None), torch.dtype):
+            raise wrong(f"dtype {spec.get('dtype')!r}")
+        shape = spec.get("shape")
+        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+            raise wrong(f"shape {shape!r}")
+    framed = sum("ipc" not in s for s in specs)
+    if frames != framed:
+        raise wrong(f"{frames!r} frames announced, {framed} described")
+    return sum(_nbytes(s) for s in specs)
 
 
 def _nbytes(spec: dict[str, Any]) -> int:

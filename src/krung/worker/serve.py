@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import faulthandler
+import hashlib
 import importlib
 import importlib.util
 import json
+import linecache
 import os
 import resource
 import signal
@@ -27,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, tensor_spec
 from krung.protocol.tree import leaves, map_tensors
 
@@ -47,54 +51,61 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                request = self.channel.recv()
+                data = self.channel.recv()
             except ChannelClosed:
                 return
             except Exception as exc:  # e.g. the inputs cannot be placed: CUDA context broken
                 # CUDA errors are sticky: the version's previous call is the likely culprit.
                 cause = ("an illegal memory access by the version's previous call broke the "
                          "CUDA context; " if "ILLEGAL_ADDRESS" in str(exc) else "")
-                self.channel.send({"ok": False, "error": {
+                self.channel.send(messages.Failed({
                     "type": type(exc).__name__, "kind": "runtime",
                     "message": f"{cause}the worker could not take the request: {exc}",
                     "hint": "an earlier error in the version (an illegal memory access, say) "
-                            "may have broken the CUDA context: fix that one first"}})
+                            "may have broken the CUDA context: fix that one first"}))
                 return  # the rest of the message may be unread: this channel is done
-            op = request.get("op")
-            handler = getattr(self, f"op_{op}", None)
-            if handler is None:
-                self.channel.send({"ok": False, "error": {
-                    "type": "ProtocolError", "message": f"unknown op {op!r}", "kind": "internal"}})
+            try:
+                request = messages.TO_WORKER.decode(data)
+            except messages.ProtocolError as exc:  # the judge's bug: say so, serve on
+                self.channel.send(messages.Failed({"type": "ProtocolError", "kind": "internal",
+                                                   "message": str(exc)}))
                 continue
+            handler = getattr(self, f"op_{request.TAG}")
             try:
                 reply = handler(request)
             except BaseException as exc:  # SystemExit and KeyboardInterrupt too: report them
-                reply = {"ok": False, "error": self.explain(exc, "load" if op == "load" else "call")}
+                stage = "load" if isinstance(request, messages.Load) else "call"
+                reply = messages.Failed(self.explain(exc, stage))
             self.channel.send(reply)
 
-    def explain(self, exc: BaseException, stage: str) -> dict[str, Any]:
+    def explain(self, exc: BaseException, stage: str) -> Any:
         from krung.worker.explain import explain
 
         return explain(exc, self.solution or Path("?"), stage)
 
-    def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_load(self, request: messages.Load) -> messages.Reply:
         from krung.worker.entries import DEFAULT_ENTRY, EntryError, resolve
 
-        self.solution = Path(request["path"]).resolve()
-        entry = request.get("entry") or DEFAULT_ENTRY
+        self.solution = Path(request.shown_as or request.path).resolve()
+        entry = request.entry or DEFAULT_ENTRY
         start = time.perf_counter()
         # What this evaluation sets for the import (a worker started in advance has not seen it).
-        os.environ.update(request.get("env") or {})
-        if request.get("cwd"):
-            move_to(request["cwd"])
+        os.environ.update(request.env or {})
+        if request.cwd:
+            move_to(request.cwd)
         # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
         sys.path.extend(p for p in entry.get("import_paths", []) if p not in sys.path)
-        if request.get("build_cache"):  # CUDA C++ on a GPU: torch builds in krung's cache
+        if request.build_cache:  # CUDA C++ on a GPU: torch builds in krung's cache
             from krung.worker import torch_build
 
-            torch_build.install(request["build_cache"], self.solution)
+            torch_build.install(request.build_cache, self.solution)
         before = set(sys.modules)
-        module = _import_version(self.solution)
+        try:
+            module = import_version(Path(request.path), self.solution, request.sha256)
+        except messages.VersionChanged as exc:
+            return messages.Failed({"type": "VersionChanged", "kind": "load", "message": str(exc),
+                                    "hint": "something rewrote the run's folder during the "
+                                            "run: evaluate the version again"})
         uses_triton = "triton" in sys.modules and (
             "triton" not in self.preloaded
             or _refers_to("triton", [module, *(sys.modules[m] for m in set(sys.modules) - before)]))
@@ -107,40 +118,40 @@ class Worker:
         try:
             self.kernel = resolve(module, entry, self.device)
         except EntryError as exc:
-            return {"ok": False, "error": {
+            return messages.Failed({
                 "type": exc.error_type, "kind": "load", "location": str(self.solution),
-                "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint}}
+                "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint})
         triton = sys.modules.get("triton") if uses_triton else None
-        return {"ok": True, "load_s": time.perf_counter() - start,
-                "triton": getattr(triton, "__version__", None), **_builds()}
+        return messages.Loaded(load_s=time.perf_counter() - start,
+                               triton=getattr(triton, "__version__", None), builds=_builds())
 
-    def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_call(self, request: messages.Call) -> messages.Reply:
         """Run the version once. Optionally: poison the memory its outputs will likely get,
         trace the torch operators it runs, and send back its inputs as they are after it."""
         from krung.worker.guard import OpTrace, perturbed, poison
 
-        inputs = self.to_device(request["inputs"])
+        inputs = self.to_device(request.inputs)
         poisoned: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-        if request.get("poison"):
-            poison(request["poison"]["specs"], request["poison"]["byte"], self.device)
+        if request.poison:
+            poison(request.poison["specs"], request.poison["byte"], self.device)
             if self.device == "cpu":
-                poisoned = perturbed(request["poison"]["byte"])
+                poisoned = perturbed(request.poison["byte"])
         self.synchronize()
-        trace = OpTrace() if request.get("trace_ops") else contextlib.nullcontext()
+        trace = OpTrace() if request.trace_ops else contextlib.nullcontext()
         start = time.perf_counter()
         with poisoned, trace:
             result = self.kernel(*inputs)
-        reply = _outputs_reply(result, self.device)
+        outputs = _outputs(result, self.device)
         self.synchronize()
-        reply["call_s"] = time.perf_counter() - start
-        reply.update(_builds())
-        if isinstance(trace, OpTrace):
-            reply["ops"] = sorted(trace.ops)
-        if request.get("return_inputs"):
-            reply["inputs_after"] = inputs
-        return self.with_integrity(reply)
+        call_s = time.perf_counter() - start
+        if isinstance(outputs, messages.Failed):
+            return dataclasses.replace(outputs, builds=_builds())
+        return messages.Called(
+            **outputs, call_s=call_s, builds=_builds(), **self.conduct(),
+            ops=sorted(trace.ops) if isinstance(trace, OpTrace) else None,
+            inputs_after=inputs if request.return_inputs else None)
 
-    def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_time(self, request: messages.Time) -> messages.Reply:
         """Time the version over input sets, and send back each set's last output so the
         judge can check what the timed calls computed.
 
@@ -148,37 +159,37 @@ class Worker:
         from the previous request, copied into the same storage; neither: the same sets."""
         from krung.worker.timing import TimingPlan, measure
 
-        if request.get("inputs") is not None:
-            self.time_sets = [self.to_device(s) for s in request["inputs"]]
-        if request.get("refill") is not None:
-            for held, values in zip(self.time_sets, request["refill"], strict=True):
+        if request.inputs is not None:
+            self.time_sets = [self.to_device(s) for s in request.inputs]
+        if request.refill is not None:
+            for held, values in zip(self.time_sets, request.refill, strict=True):
                 for tensor, value in zip(leaves(held), leaves(values), strict=True):
                     tensor.copy_(value)
         sets = self.time_sets
         outputs: list[Any] = [None] * len(sets)
         kernel = self.kernel
-        tuned = self.autotune_before_timing(sets) if request.get("inputs") is not None else []
+        tuned = self.autotune_before_timing(sets) if request.inputs is not None else []
 
         def call(i: int) -> None:
             outputs[i] = kernel(*sets[i])
 
         changes = None
-        if request.get("changes"):  # a few elements change before every timed call
+        if request.changes:  # a few elements change before every timed call
             from krung.worker.guard import InputChanges
 
-            changes = InputChanges(sets, **request["changes"])
-        samples = measure(call, len(sets), self.device, TimingPlan(**request["plan"]),
+            changes = InputChanges(sets, **request.changes)
+        samples = measure(call, len(sets), self.device, TimingPlan(**request.plan),
                           changes.before if changes else None)
-        replies = [_outputs_reply(result, self.device) for result in outputs]
+        each = [_outputs(result, self.device) for result in outputs]
         self.synchronize()
-        failed = next((r for r in replies if not r["ok"]), None)
+        failed = next((o for o in each if isinstance(o, messages.Failed)), None)
         if failed:
             return failed
-        return self.with_integrity({
-            "ok": True, "samples": samples.to_json(), "outputs": [r["outputs"] for r in replies],
-            "specs": [r["specs"] for r in replies], "tuple": replies[0]["tuple"],
-            **({"changed": changes.report()} if changes else {}),
-            **({"autotune": tuned} if tuned else {})})
+        return messages.Timed(
+            samples=samples.to_json(), outputs=[o["outputs"] for o in each],  # type: ignore[index]
+            specs=[o["specs"] for o in each], tuple=each[0]["tuple"],  # type: ignore[index]
+            autotune=tuned or None, changed=changes.report() if changes else None,
+            **self.conduct())
 
     def autotune_before_timing(self, sets: list[list[Any]]) -> list[dict[str, Any]]:
         """Where the version has @triton.autotune kernels, call it once per input set before
@@ -202,13 +213,13 @@ class Worker:
                   for r in log.recent}
         return list(chosen.values())
 
-    def op_kernels(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_kernels(self, request: messages.Kernels) -> messages.KernelsListed:
         """The Triton kernels the version launched so far: under the interpreter, how each
         launch was specialised; on a GPU, what each compiled to, written to `out_dir`. On a
         GPU also TileLang's kernels, their CUDA source and what it compiles to."""
         from krung.worker import launches
 
-        out_dir = Path(request["out_dir"]) if request.get("out_dir") else None
+        out_dir = Path(request.out_dir) if request.out_dir else None
         compiled = []
         if out_dir is not None and "tilelang" in sys.modules:
             from krung.worker import tilelang_kernels
@@ -216,20 +227,20 @@ class Worker:
             compiled += tilelang_kernels.dump(out_dir)
         log = launches.current()
         if log is None:
-            return {"ok": True, "launches": [], "compiled": compiled}
+            return messages.KernelsListed(launches=[], compiled=compiled)
         if out_dir is not None and log.compiled:
             compiled += launches.dump_compiled(log, out_dir)
-        return {"ok": True, "launches": list(log.described.values()), "compiled": compiled,
-                "autotune": list(log.autotune.values())}
+        return messages.KernelsListed(launches=list(log.described.values()), compiled=compiled,
+                                      autotune=list(log.autotune.values()))
 
-    def op_trace(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_trace(self, request: messages.Trace) -> messages.Traced:
         """Run the version twice with krung.tracer on (the first call compiles the traced
         kernels) and send back the second call's region records and its event time."""
         import torch
 
         from krung import tracer
 
-        inputs = self.to_device(request["inputs"])
+        inputs = self.to_device(request.inputs)
         tracer.begin(self.device)
         self.kernel(*inputs)
         self.synchronize()
@@ -239,31 +250,30 @@ class Worker:
         self.kernel(*inputs)
         end.record()
         self.synchronize()
-        return {"ok": True, "launches": tracer.end(), "call_us": start.elapsed_time(end) * 1e3}
+        return messages.Traced(launches=tracer.end(), call_us=start.elapsed_time(end) * 1e3)
 
-    def op_profile(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_profile(self, request: messages.Profile) -> messages.Profiled:
         """Calls for a profiler to watch: warm-up calls outside, then `calls` calls inside
         the NVTX range the profiler is told to include (krung.judge.rungs.profile.ncu.NVTX_RANGE)."""
         import torch
 
-        inputs = self.to_device(request["inputs"])
-        for _ in range(request.get("warmup", 1)):
+        inputs = self.to_device(request.inputs)
+        for _ in range(request.warmup):
             self.kernel(*inputs)
         self.synchronize()
-        for _ in range(request.get("calls", 1)):
-            torch.cuda.nvtx.range_push(request["range"])
+        for _ in range(request.calls):
+            torch.cuda.nvtx.range_push(request.range)
             self.kernel(*inputs)
             torch.cuda.nvtx.range_pop()
         self.synchronize()
-        return {"ok": True}
+        return messages.Profiled()
 
-    def with_integrity(self, reply: dict[str, Any]) -> dict[str, Any]:
+    def conduct(self) -> dict[str, Any]:
         """What the judge should know about the version's conduct besides its outputs."""
         from krung.worker.guard import python_threads
 
-        reply["tampered"] = self.sentinels.tampered()
-        reply["threads_started"] = len(python_threads() - self.threads_before)
-        return reply
+        return {"tampered": self.sentinels.tampered(),
+                "threads_started": len(python_threads() - self.threads_before)}
 
     def to_device(self, inputs: list[Any]) -> list[Any]:
         if self.device == "cpu":
@@ -277,8 +287,8 @@ class Worker:
             torch.cuda.synchronize()
 
 
-def _outputs_reply(result: Any, device: str) -> dict[str, Any]:
-    """A version's return value as a reply: its tensors and what they are, or what is wrong.
+def _outputs(result: Any, device: str) -> dict[str, Any] | messages.Failed:
+    """A version's return value as a reply's `outputs`, `specs` and `tuple`, or what is wrong.
 
     On a GPU the outputs are copied on the current stream before anyone synchronises the
     device, so work the version left running on another stream, unjoined, is not waited for:
@@ -293,23 +303,21 @@ def _outputs_reply(result: Any, device: str) -> dict[str, Any]:
         elif output.layout != torch.strided:
             problem = f"output {i} has layout {output.layout}, not torch.strided"
         if problem:
-            return {"ok": False, "error": {
+            return messages.Failed({
                 "type": "OutputType", "kind": "runtime", "message": problem,
                 "hint": "return dense torch.Tensor outputs (or a tuple of them), as the "
-                        "reference does"}}
+                        "reference does"})
     specs = [tensor_spec(o) for o in outputs]
     if device != "cpu":
         outputs = [o.clone() for o in outputs]
         torch.cuda.current_stream().synchronize()
-    return {"ok": True, "outputs": outputs, "specs": specs,
-            "tuple": isinstance(result, (tuple, list))}
+    return {"outputs": outputs, "specs": specs, "tuple": isinstance(result, (tuple, list))}
 
 
-def _builds() -> dict[str, Any]:
+def _builds() -> list[dict[str, Any]] | None:
     """The CUDA C++ builds torch ran since the last reply (krung.worker.torch_build), if any."""
     torch_build = sys.modules.get("krung.worker.torch_build")
-    done = torch_build.builds() if torch_build is not None else []
-    return {"builds": done} if done else {}
+    return (torch_build.builds() if torch_build is not None else None) or None
 
 
 def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
@@ -381,14 +389,27 @@ def move_to(cwd: str) -> None:
         sys.path[0] = os.getcwd()
 
 
-def _import_version(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("krung_version", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
+def import_version(path: Path, shown_as: Path | None = None, sha256: str | None = None) -> Any:
+    """Import the version from `path` (the run's copy of the bytes the host read, checked
+    against their `sha256`) as the file `shown_as` (the user's): tracebacks, inspect and
+    the DSLs that read a kernel's source (Triton) see that name with the copy's lines, and
+    the files beside it are importable. So every process runs the bytes the host recorded."""
+    data = path.read_bytes()
+    found = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and found != sha256:
+        raise messages.VersionChanged(f"{path} has sha256 {found}, not the {sha256} of the bytes krung "
+                             f"read")
+    shown = str(shown_as or path)
+    spec = importlib.util.spec_from_file_location("krung_version", shown)
+    if spec is None:
+        raise ImportError(f"cannot import {shown}")
     module = importlib.util.module_from_spec(spec)
+    # mtime None: linecache never reloads these lines from the user's file, which may differ.
+    linecache.cache[shown] = (len(data), None, importlib.util.decode_source(data)
+                              .splitlines(keepends=True), shown)
     sys.modules["krung_version"] = module
-    sys.path.insert(0, str(path.parent))  # the version may import files beside it
-    spec.loader.exec_module(module)
+    sys.path.insert(0, os.path.dirname(shown))  # the version may import files beside it
+    exec(compile(data, shown, "exec", dont_inherit=True), module.__dict__)
     return module
 
 
@@ -447,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
             from krung.worker.timing import warm_profiler
 
             warm_profiler(wait=bool(args.preload))  # started ahead: it has the time
-    channel.send({"ok": True, "pid": os.getpid(), **describe_device(device)})
+    channel.send(messages.Hello(pid=os.getpid(), **describe_device(device)))
     Worker(channel, device, preloaded).serve()
 
 

@@ -37,7 +37,7 @@ from krung.judge.ladder import Context, nbytes, poison_leaves
 from krung.judge.problem import case_label
 from krung.judge.rungs.correctness import ERROR_FIGURES
 from krung.judge.rungs.spec import HTML, TABLE, TABLES, Figure, RungSpec
-from krung.protocol import tree
+from krung.protocol import messages, tree
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 from krung.worker.timing import Samples, TimingPlan, measure, summarise
@@ -294,10 +294,11 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
                          min_samples=max(3, plan.min_samples // ROUNDS))
     tuned: list[dict[str, Any]] = []
     for round_index, sets in enumerate(rounds):
-        key = "inputs" if round_index == 0 else "refill"
         sent = [list(poison_leaves(s, ctx.problem.writable_leaves(s), NAN_BYTE)) for s in sets]
         changes = _changes(ctx, sets, ctx.seed_for("benchmark-changes", index, round_index))
-        request = {"op": "time", "plan": asdict(round_plan), key: sent, "changes": changes}
+        request = (messages.Time(plan=asdict(round_plan), inputs=sent, changes=changes)
+                   if round_index == 0 else
+                   messages.Time(plan=asdict(round_plan), refill=sent, changes=changes))
         expected = [ctx.expected(inputs) for inputs in sets]
         limit = 2 * sum(nbytes(e) for e in expected) + (1 << 20)
         reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)

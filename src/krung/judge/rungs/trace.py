@@ -16,6 +16,7 @@ from typing import Any
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.problem import case_label
 from krung.judge.rungs.spec import TABLES, Figure, RungSpec
+from krung.protocol import messages
 
 FOLDER = "artifacts/trace"
 SPEC = RungSpec(
@@ -52,7 +53,7 @@ def run(ctx: Context) -> dict[str, Any]:
         raise RungSkipped("tracing needs a GPU: the tracer reads the GPU's %globaltimer")
     case = ctx.problem.bench_cases_for(ctx.device)[0]
     inputs = ctx.make_inputs(case, ctx.seed_for("trace"))
-    reply = ctx.ask({"op": "trace", "inputs": list(inputs)}, f"tracing case {case_label(case)}",
+    reply = ctx.ask(messages.Trace(inputs=list(inputs)), f"tracing case {case_label(case)}",
                     ctx.settings.call_timeout_s)
     launches = reply["launches"]
     if not any(launch["events"] for launch in launches):

@@ -28,7 +28,7 @@ from krung.judge.ladder import Context, RungSkipped
 from krung.judge.rungs.artifacts.target import DEFAULT_ARCH, Target
 from krung.judge.rungs.spec import TABLES, Figure, RungSpec
 from krung.judge.solution import detect_dsl
-from krung.protocol import build_cache
+from krung.protocol import build_cache, messages
 from krung.protocol.errors import RungFailed
 
 # The tools, parsers and the build process are imported where they are used: the host imports
@@ -132,8 +132,7 @@ def run(ctx: Context) -> dict[str, Any]:
     ran = not cuda_on_cpu and (compiled is None or (compiled.ok and compiled.figures.get("ran",
                                                                                      True)))
     if ran:
-        reply = ctx.ask({"op": "kernels",
-                         "out_dir": str(out_dir) if ctx.device == "cuda" else None},
+        reply = ctx.ask(messages.Kernels(out_dir=str(out_dir) if ctx.device == "cuda" else None),
                         "listing the kernels the version launched", ctx.settings.call_timeout_s)
     elif not cuda_on_cpu or (compiled is not None and compiled.error_type == "DSLNotInstalled"):
         raise RungSkipped(f"needs compile, which {compiled.status.value} (only CUDA sources "
@@ -205,16 +204,22 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     timeout = 2 * ctx.settings.compile_timeout_s
     what = f"compiling the version's kernels for {target.arch}"
     try:
-        channel.send({"version": str(ctx.solution.path), "out_dir": str(out_dir),
-                      "arch": target.arch, "dsls": dsls + ([dsl] if dsl == "cupy" else []),
-                      "launches": launches, "cache_dir": str(build_cache.root_for(ctx.run_dir)),
-                      "import_paths": list(ctx.problem.entry.get("import_paths", []))})
+        request = messages.Build(
+            version=str(ctx.solution.copy or ctx.solution.path), shown_as=str(ctx.solution.path),
+            sha256=ctx.solution.sha256, out_dir=str(out_dir), arch=target.arch,
+            dsls=dsls + ([dsl] if dsl == "cupy" else []), launches=launches,
+            cache_dir=str(build_cache.root_for(ctx.run_dir)),
+            import_paths=list(ctx.problem.entry.get("import_paths", [])))
+        channel.send(request)
         ctx.progress(rung, what)
         if not channel.poll(timeout):
             raise RungFailed("Timeout", f"{what} did not finish within {timeout:g} s",
                              "raise --compile-timeout, or look for an import of the version "
                              "that never ends", details=_tail(ctx.run_dir / "build.log"))
-        reply = channel.recv()
+        reply = channel.recv(expect=messages.replies(request))
+    except messages.ProtocolError as exc:  # the version's import can write to the channel
+        raise RungFailed("ProtocolError", f"the build process sent a malformed message while "
+                         f"{what}: {exc}", "a version must not write to krung's channel") from None
     except ChannelClosed:
         process.wait(timeout=30)
         raise RungFailed("BuildCrashed", f"the build process died with status "
@@ -224,20 +229,20 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     finally:
         _stop(process)
         channel.close()
-    if not reply.get("ok"):
-        error = reply["error"]
-        raise RungFailed(error.get("type", "BuildError"), error.get("message", ""),
+    if isinstance(reply, messages.Failed):
+        error = reply.error
+        raise RungFailed(error["type"], error["message"],
                          "the version imports in the worker but not in the build process: "
                          "look for import-time code that needs the interpreter or a GPU",
                          details=error.get("details"))
-    records = [r for r in reply["records"] if "cuda_source" not in r]
+    records = [r for r in reply.records if "cuda_source" not in r]
     if "cuda" in dsls:
         from krung.judge.rungs.artifacts import cuda_backend
 
         auto = ctx.settings.artifacts_arch == "auto"
         arch = cuda_target(ctx, target)
         ctx.progress(rung, f"nvcc for {arch.arch}")
-        captured = [r["cuda_source"] for r in reply["records"] if "cuda_source" in r]
+        captured = [r["cuda_source"] for r in reply.records if "cuda_source" in r]
         records += cuda_backend.compile_all(ctx.solution.path, captured, arch, out_dir,
                                             build_cache.root_for(ctx.run_dir),
                                             arch_from_flags=auto)

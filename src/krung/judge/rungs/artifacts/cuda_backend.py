@@ -26,6 +26,7 @@ from typing import Any
 from krung.judge.rungs.artifacts import tools
 from krung.judge.rungs.artifacts.target import Target
 from krung.protocol import build_cache
+from krung.protocol.messages import Build
 from krung.worker import cuda_source
 
 # What torch.utils.cpp_extension puts before inline CUDA sources and passes to nvcc.
@@ -55,13 +56,13 @@ class NotBuilt:
 class CudaBackend:
     dsl = "cuda"
 
-    def prepare(self, request: dict[str, Any]) -> None:
+    def prepare(self, request: Build) -> None:
         _captured.clear()
         _hook_torch()
-        if "cupy" in request.get("dsls", ()) and _importable("cupy"):
+        if "cupy" in request.dsls and _importable("cupy"):
             _hook_cupy()
 
-    def collect(self, request: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
+    def collect(self, request: Build, out_dir: Path) -> list[dict[str, Any]]:
         """The sources caught at import, as text: the judge compiles them (`compile_all`)."""
         return [{"kernel": source["name"], "dsl": "cuda", "cuda_source": source}
                 for source in _captured]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from krung.protocol.messages import Build
+
 DEFAULT_ARCH = "sm_90a"  # what krung compiles for where no GPU says otherwise: Hopper
 
 
@@ -42,9 +44,9 @@ class Target:
 class Backend(Protocol):
     dsl: str
 
-    def prepare(self, request: dict[str, Any]) -> None: ...
+    def prepare(self, request: Build) -> None: ...
 
-    def collect(self, request: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]: ...
+    def collect(self, request: Build, out_dir: Path) -> list[dict[str, Any]]: ...
 
 
 def backends() -> dict[str, Backend]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from krung.judge.rungs.artifacts.target import Target
+from krung.protocol.messages import Build
 from krung.worker.launches import write_compiled
 
 MAX_COMPILED = 16  # specialisations compiled per evaluation: each takes seconds on a CPU
@@ -33,18 +34,18 @@ class StandInTensor:
 class TritonBackend:
     dsl = "triton"
 
-    def prepare(self, request: dict[str, Any]) -> None:
+    def prepare(self, request: Build) -> None:
         """Nothing to hook before the import: the launches were noted by the worker."""
 
-    def collect(self, request: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
-        target = Target.parse(request["arch"])
+    def collect(self, request: Build, out_dir: Path) -> list[dict[str, Any]]:
+        target = Target.parse(request.arch)
         records = []
-        launches = request.get("launches", [])
+        launches = request.launches
         for launch in launches[:MAX_COMPILED]:
             try:
                 records.append(compile_launch(launch, target, out_dir))
             except Exception as exc:  # one kernel that will not compile must not hide others
-                records.append(_failed(launch, exc, Path(request["version"])))
+                records.append(_failed(launch, exc, Path(request.version)))
         if len(launches) > MAX_COMPILED:
             records.append({"kernel": "triton", "dsl": "triton", "error_kind": "not_compiled",
                             "specialisation": "-",

@@ -21,6 +21,7 @@ from krung.judge.ladder import Context, RungSkipped, failure, poison_leaves
 from krung.judge.rungs.artifacts import SPEC as ARTIFACTS
 from krung.judge.rungs.spec import TABLE, Figure, RungSpec
 from krung.judge.solution import imported_modules
+from krung.protocol import messages
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 
@@ -122,7 +123,7 @@ def _first_call(ctx: Context) -> dict[str, Any]:
     # output buffers among the inputs hold whatever the judge's allocator had: poison them
     sent = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
     start = time.perf_counter()
-    reply = ctx.candidate.request({"op": "call", "inputs": list(sent)}, timeout,
+    reply = ctx.candidate.request(messages.Call(inputs=list(sent)), timeout,
                                   "the first call (compile)", limit="--compile-timeout")
     first_call_s = time.perf_counter() - start
     figures: dict[str, Any] = {

@@ -17,7 +17,7 @@ from typing import Any
 from krung.judge.candidate import Candidate
 from krung.judge.ladder import Context, poison_leaves
 from krung.judge.rungs.determinism import TOOLS
-from krung.protocol import tree
+from krung.protocol import messages, tree
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
 
@@ -85,7 +85,7 @@ def _one_call(ctx: Context, case: dict, candidate: Candidate, tool: str) -> dict
     inputs = ctx.make_inputs(case, ctx.seed_for("sanitize", tool))
     inputs = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
     cpu = tree.map_tensors(lambda t: t.cpu(), list(inputs))
-    return candidate.request({"op": "call", "inputs": cpu}, timeout, f"one call under {tool}")
+    return candidate.request(messages.Call(inputs=cpu), timeout, f"one call under {tool}")
 
 
 def failed_reply(exc: RungFailed) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from krung.judge.ladder import Context, RungSkipped
 from krung.judge.problem import case_label
 from krung.judge.rungs.spec import TABLES, Figure, RungSpec
-from krung.protocol import tree
+from krung.protocol import messages, tree
 from krung.protocol.errors import RungFailed
 
 if TYPE_CHECKING:  # imported where used (ncu's module too): the host imports this for SPEC
@@ -225,8 +225,8 @@ def _profiled_call(ctx: Context, candidate: Candidate, case: dict, label: str,
         raise clock.timed_out(candidate)
     with clock.timing("call", "the profiled call was running"):
         ctx.progress("profile", f"ncu on case {label}")
-        return candidate.request({"op": "profile", "inputs": cpu, "range": NVTX_RANGE,
-                                  "warmup": 1, "calls": 1},
+        return candidate.request(messages.Profile(inputs=cpu, range=NVTX_RANGE, warmup=1,
+                                                  calls=1),
                                  clock.left(), f"the profiled call on case {label}")
 
 

@@ -19,7 +19,6 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 
-import krung
 from krung.protocol import settings as settings_module
 from krung.protocol.settings import DEVICES, Settings
 
@@ -61,17 +60,31 @@ class Option:
                 f"{settings_module.shown_default(default).strip('`')}).")
 
 
+def _built_in_rungs() -> dict[str, bool]:
+    """The rungs krung ships, each with whether it is climbed only on request: read when
+    this module is imported, where KRUNG_EXTRA_RUNGS's own must not be (a bad one is a
+    usage error when a run starts, not a crash here)."""
+    from krung.judge.ladder import discover
+
+    return {name: module.SPEC.on_request for name, module in discover("").items()}
+
+
+_BUILT_IN = _built_in_rungs()
+BUILT_IN_RUNGS = tuple(_BUILT_IN)
+
+
 def _ladder_help() -> str:
-    others = [r for r in krung.RUNGS if r not in krung.DEFAULT_LADDER]
+    default = [r for r, on_request in _BUILT_IN.items() if not on_request]
+    others = [r for r, on_request in _BUILT_IN.items() if on_request]
     return ("Rungs to climb, comma-separated (static,compile), or added to the default ladder "
             "(+profile); they run in ladder order whatever the order given, and a rung whose "
-            f"needed rung failed is skipped (default: {','.join(krung.DEFAULT_LADDER)}; "
+            f"needed rung failed is skipped (default: {','.join(default)}; "
             f"also: {','.join(others)}).")
 
 
 OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("rungs", str | None, None, _ladder_help(),
-           tool_type=list[Literal[krung.RUNGS]] | str | None),  # type: ignore[valid-type]
+           tool_type=list[Literal[BUILT_IN_RUNGS]] | str | None),  # type: ignore[valid-type]
     Option("device", str | None, None,
            "auto (a CUDA GPU when torch sees one, else the CPU, where Triton runs under its "
            "interpreter), cpu or cuda", setting="device",

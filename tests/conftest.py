@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -66,6 +67,13 @@ def krung(store, tmp_path):
         return Result(done.returncode, done.stdout, done.stderr)
 
     return run
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that must take Ctrl-C: a shell that starts the tests in the
+    background ignores SIGINT, the child inherits that, and Python then installs no
+    KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def write(path: Path, text: str) -> Path:

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from tests.conftest import GOOD, TAIL_BUG, write
+from tests.conftest import GOOD, TAIL_BUG, default_sigint, write
 
 
 @pytest.mark.newest
@@ -448,7 +448,8 @@ def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
     command = [sys.executable, "-m", "krung", "run", str(scale_problem),
                str(version("hangs", HANGS_IN_BENCHMARK)), "--format", output]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True, env=environ, cwd=tmp_path, start_new_session=True)
+                               text=True, env=environ, cwd=tmp_path, start_new_session=True,
+                               preexec_fn=default_sigint)
     def kill_group() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # the judge and worker it started too

@@ -21,7 +21,7 @@ import pytest
 from krung.host import service
 from krung.judge import gpu_lock
 from krung.protocol import messages
-from tests.conftest import GOOD, write
+from tests.conftest import GOOD, default_sigint, write
 
 QUICK = "static,compile,run"
 CRASHES = {
@@ -119,7 +119,7 @@ def _until_rung(store: Path, name: str, timeout: float = 240) -> None:
 def _krung(store: Path, *args: str, **extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "krung", *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(store, **extra))
+                            env=_env(store, **extra), preexec_fn=default_sigint)
 
 
 def test_a_crash_or_hang_in_a_pooled_worker_leaves_the_next_version_alone(

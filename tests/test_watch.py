@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import GOOD, TAIL_BUG
+from tests.conftest import GOOD, TAIL_BUG, default_sigint
 
 QUICK = "static,compile,run,correctness"
 
@@ -25,7 +25,8 @@ class Watcher:
                    PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen([sys.executable, "-m", "krung", "watch", *map(str, args)],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=env, cwd=cwd)
+                                        text=True, env=env, cwd=cwd,
+                                        preexec_fn=default_sigint)
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)

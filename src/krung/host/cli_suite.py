@@ -43,9 +43,9 @@ def suite(
         # with --json, stdout holds the one JSON object: progress goes to stderr
         nonlocal done
         done += 1
-        line = f"[{done}] {entry.problem}: {entry.verdict()}"
+        line = f"{entry.problem}: {entry.verdict()}"
         if json_output:
-            sys.stderr.write(line + "\n")
+            sys.stderr.write(f"[{done}] {line}\n")
             sys.stderr.flush()
         else:
             out.print(line, markup=False)

@@ -3,7 +3,11 @@ cross between the judge and the worker by CUDA IPC as they would through host me
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
+
+from tests.test_red_team import CHEATS
 
 pytestmark = pytest.mark.gpu
 
@@ -230,14 +234,8 @@ def test_sanitize_passes_a_clean_version_and_fails_one_that_does_not_run_under_i
         assert determinism["figures"]["memcheck_errors"] == 0
 
 
-SAMPLED_VALUES_CACHE = """
-memo = {}
-def kernel(x):
-    key = (x.shape, x.dtype, tuple(x.reshape(-1)[::max(1, x.numel() // 16)].tolist()))
-    if key not in memo:
-        memo[key] = x * 2 + 1
-    return memo[key].clone()
-"""
+# the red team's cheat, on the GPU
+SAMPLED_VALUES_CACHE = textwrap.dedent(CHEATS["memoises_sampled_values"][0])
 
 
 def test_a_cache_keyed_on_sampled_values_fails_the_timed_check(krung, scale_problem, version):

@@ -58,7 +58,8 @@ case "$part" in
     start=$(date +%s.%N)
     python3 -m krung suite "$scratch/problems" --solutions "$scratch/baselines" --gpus all \
       --per-gpu "${PER_GPU:-3}" --rungs static,compile,run,correctness,benchmark --json \
-      --store "$scratch/krung.db" > "$OUT/suite.json" 2> "$OUT/suite.err"
+      --store "$scratch/krung.db" > "$OUT/suite.json" \
+      2> >(while IFS= read -r line; do echo "${EPOCHREALTIME} $line"; done > "$OUT/suite.err")
     code=$?
     python3 - "$OUT/suite.json" "$start" "$(date +%s.%N)" "$code" <<'PY' | tee "$OUT/suite.log"
 import json, sys

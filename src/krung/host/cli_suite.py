@@ -45,7 +45,8 @@ def suite(
         done += 1
         line = f"{entry.problem}: {entry.verdict()}"
         if json_output:
-            sys.stderr.write(f"[{done}] {line}\n")
+            reason = entry.reason()
+            sys.stderr.write(f"[{done}] {line}{f' ({reason})' if reason else ''}\n")
             sys.stderr.flush()
         else:
             out.print(line, markup=False)

@@ -97,12 +97,28 @@ class SuiteEntry:
             return "ok" if self.run.ok else "skipped"
         return f"{failed.name}: {failed.error_type}"
 
+    def reason(self) -> str | None:
+        """Why it is not ok, in one line: the first defect of a broken problem, the first
+        line of a failed rung's message (a verdict alone says only which rung)."""
+        if self.error:
+            text = self.error
+        elif self.run and self.run.error:
+            text = self.run.error
+        else:
+            failed = next((r for r in self.run.rungs if not r.ok and r.status.value == "failed"),
+                          None) if self.run else None
+            text = failed.error if failed else ""
+        lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+        if lines and lines[0].endswith(":") and len(lines) > 1:  # "problem P has 1 defect(s):"
+            lines = [lines[1].removeprefix("- ")]
+        return lines[0][:240] if lines else None
+
     def to_json(self) -> dict[str, Any]:
         bench = self.run.rung("benchmark") if self.run else None
         figures = bench.figures if bench and bench.ok else {}
         return {"problem": self.problem, "problem_path": self.problem_path,
                 "solution": self.solution, "format": self.format, "correct": self.correct,
-                "verdict": self.verdict(), "speedup": self.speedup,
+                "verdict": self.verdict(), "reason": self.reason(), "speedup": self.speedup,
                 "median_us": figures.get("geomean_us"),
                 "run_id": self.run.run_id if self.run else None, "error": self.error}
 

@@ -23,6 +23,7 @@ import math
 import statistics
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -206,10 +207,17 @@ def warm_profiler(wait: bool = False) -> None:
         _Cuda.warming.start()
 
 
+def _quiet_profiler() -> None:
+    # torch 2.11 warns at every session that events are cleared per cycle: true and
+    # irrelevant here (one cycle each), and an error where warnings are (pytest).
+    warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+
+
 def _start_profiler() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    _quiet_profiler()
     try:
         with profile(activities=[ProfilerActivity.CUDA]):
             torch.cuda._sleep(1)
@@ -313,6 +321,7 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     prepared = before is not _nothing
+    _quiet_profiler()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(count):
             if prepared:

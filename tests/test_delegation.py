@@ -11,7 +11,7 @@ from krung.host import options
 from krung.judge.problem.policy import Policy, apply_policy, read_sidecar, sidecar_path
 from krung.protocol.errors import ProblemError, UsageError
 from krung.protocol.settings import Settings
-from tests.conftest import write
+from tests.conftest import PROBLEMS, write
 
 RUNGS = "static,compile,run,correctness"
 
@@ -173,3 +173,29 @@ def test_the_options_policy_joins_lists_and_is_added_to_the_problems_own():
     assert problem.require_own_kernel
     with pytest.raises(UsageError, match="--forbid-ops"):
         options.settings_of({"forbid_ops": "mm; rm -rf"}, Settings())
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_cupti_tells_own_cuda_kernels_from_the_references_library_kernels(
+        krung, matmul, version):
+    """On the H200: a torch.mm version launches only the cuBLAS kernels the reference launches
+    too (Delegated under --require-own-kernel); a CUDA C++ version's kernel is its own; the
+    Triton version's too."""
+    result = krung("run", matmul, version("torch_mm", TORCH_MM), "--device", "cuda", "--json",
+                   "--rungs", RUNGS, "--require-own-kernel")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["error_type"] == "Delegated", correctness
+
+    result = krung("run", matmul, version("triton_matmul", TRITON_MATMUL), "--device", "cuda",
+                   "--json", "--rungs", RUNGS, "--require-own-kernel")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness
+    assert "matmul_kernel" in correctness["figures"]["own_kernels"]
+
+    cuda = PROBLEMS / "vector_add" / "solutions" / "cuda_inline.py"
+    result = krung("run", "vector_add", cuda, "--device", "cuda", "--json", "--rungs", RUNGS,
+                   "--require-own-kernel", timeout=900)
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness
+    assert correctness["figures"]["delegated"] is False
+    assert any("add_kernel" in k for k in correctness["figures"]["own_kernels"])

@@ -101,6 +101,20 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("precision", str | None, None,
            "fp32 (default), fp16 or bf16: casts the KernelBench problems' inputs and weights; "
            "their tolerance follows (1e-4 for fp32, 1e-2 for fp16 and bf16)."),
+    Option("forbid", str | None, None,
+           "Python names the version must not use, comma-separated (torch.matmul,torch.mm), "
+           "added to the problem's own policy (its `forbid`, or a krung.yml beside it: "
+           "docs/problems.md); the static rung fails a version that uses one (ForbiddenName).",
+           setting="forbid", tool_type=list[str] | str | None),
+    Option("forbid_ops", str | None, None,
+           "torch operators the version must not run, comma-separated (mm,addmm,bmm), added "
+           "to the problem's own `forbid_ops`: traced in the checked calls, whatever names "
+           "the source used (ForbiddenOp).", setting="forbid_ops",
+           tool_type=list[str] | str | None),
+    Option("require_own_kernel", bool, False,
+           "Fail the correctness rung when a checked call launches no kernel of the "
+           "version's own (only torch's operators: `delegated`), as a problem's krung.yml "
+           "can ask (Delegated).", setting="require_own_kernel"),
     Option("parent", str | None, None,
            "The run this version builds on (its run id or a unique prefix), so the history "
            "is a tree to walk back; by default the previous run of the same version file."),
@@ -136,14 +150,16 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
 ]}
 
 # What each front end takes, in the order its help lists them.
-RUN = ("rungs", "device", "seed", "timeout", "compile_timeout", "precision", "parent",
+POLICY = ("forbid", "forbid_ops", "require_own_kernel")
+RUN = ("rungs", "device", "seed", "timeout", "compile_timeout", "precision", *POLICY, "parent",
        "vs_compiled", "profile", "json_output", "output_format", "store")
-WATCH = ("rungs", "device", "max_runs", "store")
+WATCH = ("rungs", "device", *POLICY, "max_runs", "store")
 EXECUTOR = ("executor", "workers", "gpus", "per_gpu", "address", "remote", "remote_python",
             "ssh_option")
-BATCH = ("rungs", "device", *EXECUTOR, "json_output", "store")
-SUITE = ("solutions", "precision", "rungs", "device", *EXECUTOR, "json_output", "store")
-EVALUATE_TOOL = ("rungs", "seed", "device", "parent", "vs_compiled")
+BATCH = ("rungs", "device", *POLICY, *EXECUTOR, "json_output", "store")
+SUITE = ("solutions", "precision", "rungs", "device", *POLICY, *EXECUTOR, "json_output",
+         "store")
+EVALUATE_TOOL = ("rungs", "seed", "device", *POLICY, "parent", "vs_compiled")
 PROFILE_TOOL = ("seed", "device")
 
 
@@ -192,10 +208,16 @@ def _with_parameters(fn: F, annotations: Mapping[str, Any]) -> F:
 def settings_of(given: Mapping[str, Any], base: Settings | None = None) -> Settings:
     """The settings (from the environment unless `base`) with the options in `given` that
     override one; a bad value is named by its option (--timeout=-1)."""
-    chosen = {o.setting: given[o.name] for o in OPTIONS.values()
+    chosen = {o.setting: _joined(given[o.name]) for o in OPTIONS.values()
               if o.setting is not None and _was_given(given.get(o.name))}
     sources = {o.setting: o.cli_flag for o in OPTIONS.values() if o.setting in chosen}
     return (base or Settings.from_env()).overridden(chosen, sources)
+
+
+def _joined(value: Any) -> Any:
+    """A list (an MCP field such as `forbid_ops: ["mm", "bmm"]`) as the command line's
+    comma-separated text."""
+    return ",".join(str(v) for v in value) if isinstance(value, list) else value
 
 
 def _was_given(value: Any) -> bool:

@@ -241,6 +241,10 @@ def _correctness_lines(rung: RungResult | None) -> list[str]:
         text += f"; psnr {format_value(f['psnr_db'])} dB"
     if f.get("cossim") is not None:
         text += f"; cossim {format_value(f['cossim'])}"
+    if "delegated" in f:  # krung.judge.delegation
+        own = ", ".join(f.get("own_kernels") or [])
+        text += ("; delegated (no kernel of its own, only torch's operators)" if f["delegated"]
+                 else f"; own kernels: {own}" if own else "")
     return [text]
 
 

@@ -224,6 +224,12 @@ class Context:
             raise failure(reply.error, what)
         return reply
 
+    @property
+    def traces_ops(self) -> bool:
+        """Whether traced calls record the torch operators they run: where the problem's
+        policy forbids some, or asks for the version's own kernel (docs/trust.md)."""
+        return bool(self.problem.forbid_ops) or self.problem.require_own_kernel
+
     def checked_call(self, inputs: tuple, expected: list, what: str, *,
                      poison_byte: int = NAN_BYTE, trace: bool = False) -> messages.Called:
         """Run the version once under the call contract (krung.judge.contract): the memory its
@@ -236,7 +242,7 @@ class Context:
             poison={"byte": poison_byte, "specs": [
                 {"shape": list(e.shape), "dtype": dtype_name(e)} for e in expected]},
             return_inputs=not self.problem.inplace,
-            trace_ops=trace and bool(self.problem.forbid_ops))
+            trace_ops=trace and self.traces_ops, trace_kernels=trace and self.device != "cpu")
         limit = 2 * (nbytes(inputs) + nbytes(expected)) + (1 << 20)
         reply = self.ask(message, what, self.settings.call_timeout_s, limit)
         check_conduct(reply, what, forbidden_op_names(self.problem.forbid_ops))

@@ -36,6 +36,7 @@ from krung.judge.candidate import Candidate, kill_all
 from krung.judge.ladder import RUNGS, Context, climb, derive_seed, rung_module
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
+from krung.judge.problem.policy import Policy
 from krung.judge.solution import read_copy
 from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed
@@ -127,7 +128,8 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
                 from krung.worker.timing import warm_profiler
 
                 warm_profiler()
-        problem = load_problem(Path(request.problem), request.precision, settings.scale)
+        problem = load_problem(Path(request.problem), request.precision, settings.scale,
+                               Policy.of(settings))
         settings = _capped(settings, problem)
         if problem.setup is not None:  # e.g. KernelBench: the reference model's weights
             problem.setup(derive_seed(request.seed, "setup"), device)

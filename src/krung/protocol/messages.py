@@ -289,6 +289,8 @@ class Called(Reply):
     threads_started: int
     builds: list[dict[str, Any]] | None = None
     ops: list[str] | None = None  # the torch operators it ran, when asked
+    kernels: list[str] | None = None  # the Triton kernels it launched (krung.worker.guard)
+    device_kernels: list[str] | None = None  # every kernel the GPU ran, when asked (CUPTI)
     inputs_after: Tensors | None = None  # its inputs after the call, when asked
 
 
@@ -354,6 +356,7 @@ class Call(ToWorker):
     poison: Poison | None = None
     return_inputs: bool = False
     trace_ops: bool = False
+    trace_kernels: bool = False  # on a GPU, name every kernel the call ran (CUPTI)
 
 
 @dataclass(frozen=True)

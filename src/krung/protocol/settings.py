@@ -74,6 +74,21 @@ def module_names(source: str, raw: object, value: Any) -> None:
                               "my_rungs.toy,my_rungs.other")
 
 
+def names(what: str, example: str) -> Check:
+    """Comma-separated names: Python's dotted names, torch's `aten::op.overload`."""
+    def check(source: str, raw: object, value: Any) -> None:
+        parts = [p.strip() for p in str(value).split(",") if p.strip()]
+        if not all(p.replace("::", ".").replace(".", "_").isidentifier() for p in parts):
+            raise UsageError(f"{source}={raw!r} is not a list of {what}",
+                             hint=f"set {source} to {what} separated by commas, e.g. {example}")
+    return check
+
+
+def name_list(value: str) -> tuple[str, ...]:
+    """The names of a comma-separated setting (`forbid`, `forbid_ops`)."""
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, with its default; `from_env` reads them, `replace` overrides them."""
@@ -149,6 +164,20 @@ class Settings:
         "the warm evaluation service beside the store: auto (use one that runs), on (start "
         "one if none runs; it exits when idle), off (a fresh judge every time)",
         one_of(SERVICE_MODES, "a service mode"))
+    forbid: str = setting(
+        "", "KRUNG_FORBID",
+        "Python names the version must not use, comma-separated (torch.matmul,torch.mm), "
+        "besides the problem's own `forbid` (static rung, ForbiddenName)",
+        names("Python names", "torch.matmul,torch.mm"))
+    forbid_ops: str = setting(
+        "", "KRUNG_FORBID_OPS",
+        "torch operators the version's checked calls must not run, comma-separated (mm,"
+        "addmm,bmm), besides the problem's own `forbid_ops` (traced; ForbiddenOp)",
+        names("torch operator names", "mm,addmm,bmm"))
+    require_own_kernel: bool = setting(
+        False, "KRUNG_REQUIRE_OWN_KERNEL",
+        "1: a version that launches no kernel of its own in a checked call (only torch's "
+        "operators: `delegated`) fails the correctness rung (Delegated)")
     extra_rungs: str = setting(
         "", "KRUNG_EXTRA_RUNGS",
         "rungs of your own: comma-separated modules, importable on PYTHONPATH, each declaring "

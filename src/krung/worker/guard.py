@@ -12,6 +12,9 @@ version) still compares every output itself.
   block it hands out during the call too (a large one comes fresh, zeroed, from the OS).
 - `OpTrace`: the torch operators a call actually ran (TorchDispatchMode), to enforce a
   problem's ban on delegating its core operation, whatever names or tricks the source used.
+- `OwnKernels`: the kernels of the version's own a call launched (Triton's, by name; on a
+  GPU, when asked, every kernel CUPTI saw), so the judge tells a version that computes in its
+  own kernel from one that only delegates to torch (`delegated`).
 - `python_threads`: threads the version started and left running.
 - `InputChanges`: before every timed call, a few elements of its input set change (and are
   put back after it), so no two timed calls see the same contents and a cache keyed on them
@@ -163,6 +166,65 @@ class OpTrace:
 
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)
+
+
+class OwnKernels:
+    """The Triton kernels launched inside the `with` block (`names`), from the launch log
+    (krung.worker.launches: under the interpreter and on a GPU alike); with `device`, also
+    the name of every kernel the GPU ran (`device_names`, CUPTI through torch's profiler;
+    None where the profiler cannot start), for kernels of other DSLs, which the judge tells
+    apart from the library kernels the reference launches too. The profiler's end
+    synchronises the device: leave the block after the outputs are copied."""
+
+    def __init__(self, device: bool = False) -> None:
+        self.device = device
+        self.names: list[str] = []
+        self.device_names: list[str] | None = None
+        self._profiler: Any = None
+
+    def __enter__(self) -> OwnKernels:
+        self._before = _triton_launches()
+        if self.device:
+            import torch.profiler
+
+            try:
+                profiler = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CUDA])
+                profiler.__enter__()
+                self._profiler = profiler
+            except RuntimeError:  # CUPTI held by another profiler: the names stay unknown
+                self._profiler = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._profiler is not None:
+            from krung.worker.timing import device_work
+
+            self._profiler.__exit__(*exc)
+            self.device_names = sorted({e.name() for e in device_work(self._profiler)
+                                        if _kind(e) == "kernel"})
+        after = _triton_launches()
+        self.names = sorted(n for n, count in after.items() if count > self._before.get(n, 0))
+
+
+def _kind(event: Any) -> str:
+    return event.activity_type() if hasattr(event, "activity_type") else "kernel"
+
+
+def _triton_launches() -> dict[str, int]:
+    """Launches so far per Triton kernel name (none where the version does not use Triton)."""
+    from krung.worker import launches
+
+    log = launches.current()
+    counts: dict[str, int] = {}
+    if log is None:
+        return counts
+    for record in list(log.described.values()):
+        counts[record["name"]] = counts.get(record["name"], 0) + record["launches"]
+    for fn, _, count in list(log.compiled.values()):
+        name = getattr(getattr(fn, "fn", None), "__name__", None) or str(fn)
+        counts[name] = counts.get(name, 0) + count
+    return counts
 
 
 class InputChanges:

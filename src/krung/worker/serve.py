@@ -128,7 +128,7 @@ class Worker:
     def op_call(self, request: messages.Call) -> messages.Reply:
         """Run the version once. Optionally: poison the memory its outputs will likely get,
         trace the torch operators it runs, and send back its inputs as they are after it."""
-        from krung.worker.guard import OpTrace, perturbed, poison
+        from krung.worker.guard import OpTrace, OwnKernels, perturbed, poison
 
         inputs = self.to_device(request.inputs)
         poisoned: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -138,17 +138,21 @@ class Worker:
                 poisoned = perturbed(request.poison["byte"])
         self.synchronize()
         trace = OpTrace() if request.trace_ops else contextlib.nullcontext()
+        # Left after the outputs' copy: the profiler's end synchronises the device.
+        own = OwnKernels(device=request.trace_kernels and self.device != "cpu")
         start = time.perf_counter()
-        with poisoned, trace:
-            result = self.kernel(*inputs)
-        outputs = _outputs(result, self.device)
-        self.synchronize()
+        with own:
+            with poisoned, trace:
+                result = self.kernel(*inputs)
+            outputs = _outputs(result, self.device)
+            self.synchronize()
         call_s = time.perf_counter() - start
         if isinstance(outputs, messages.Failed):
             return dataclasses.replace(outputs, builds=_builds())
         return messages.Called(
             **outputs, call_s=call_s, builds=_builds(), **self.conduct(),
             ops=sorted(trace.ops) if isinstance(trace, OpTrace) else None,
+            kernels=own.names, device_kernels=own.device_names,
             inputs_after=inputs if request.return_inputs else None)
 
     def op_time(self, request: messages.Time) -> messages.Reply:

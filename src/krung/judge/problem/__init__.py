@@ -44,10 +44,12 @@ class Problem:
     description: str = ""
     format: str = NATIVE
     # Trust policy (see krung/contract.py): Python names the version must not use (`static`
-    # rung), torch operators it must not run (traced at run time), and whether it may write
-    # its inputs.
+    # rung), torch operators it must not run (traced at run time), whether it must launch a
+    # kernel of its own (krung.judge.problem.policy: also from a sidecar and the options),
+    # and whether it may write its inputs.
     forbid: list[str] = field(default_factory=list)
     forbid_ops: list[str] = field(default_factory=list)
+    require_own_kernel: bool = False
     inplace: bool = False
     change_timed_inputs: bool = True  # False: the inputs' structure forbids (docs/timing.md)
     derive_case: Callable[..., dict | None] | None = None
@@ -272,20 +274,26 @@ def precision_dtype(precision: str | None) -> str | None:
     return PRECISIONS[precision]
 
 
-def load_problem(path: Path, precision: str | None = None, scale: float = 1.0) -> Problem:
+def load_problem(path: Path, precision: str | None = None, scale: float = 1.0,
+                 policy: Any = None) -> Problem:
     """Import and validate a problem in its format, at `scale` times its declared sizes
-    (krung.judge.problem.scale); raises ProblemError listing every defect, UsageError when
-    `precision` is given for a format that does not take one."""
+    (krung.judge.problem.scale), with the delegation policy of its sidecar and `policy` (a
+    krung.judge.problem.policy.Policy: the run's options) added to its own; raises
+    ProblemError listing every defect, UsageError when `precision` is given for a format
+    that does not take one."""
+    from krung.judge.problem.policy import apply_policy, read_sidecar
+
     kind = detect_format(path)
     if precision is not None and kind != KERNELBENCH:
         raise UsageError(f"--precision applies to KernelBench problems; {path} is in "
                          f"{kind} format, whose cases name their own dtypes",
                          hint="drop --precision")
+    sidecar = read_sidecar(path)  # a broken sidecar is reported before the problem runs
     if kind == KERNELBENCH:
         from krung.judge.problem.kernelbench import load_kernelbench
 
-        return load_kernelbench(path, precision or "fp32", scale)
-    if kind == GPUMODE:
+        problem = load_kernelbench(path, precision or "fp32", scale)
+    elif kind == GPUMODE:
         from krung.judge.problem.gpumode import load_gpumode
 
         problem = load_gpumode(path)
@@ -293,8 +301,11 @@ def load_problem(path: Path, precision: str | None = None, scale: float = 1.0) -
         from krung.judge.problem.native import load_native
 
         problem = load_native(path)
-    if scale != 1:
+    if scale != 1 and kind != KERNELBENCH:  # KernelBench scales its constants as it loads
         from krung.judge.problem.scale import scale_problem_cases
 
         scale_problem_cases(problem, scale)
+    apply_policy(problem, sidecar)
+    if policy is not None:
+        apply_policy(problem, policy)
     return problem

@@ -85,6 +85,7 @@ def load_native(path: Path) -> Problem:
         description=str(getattr(module, "description", "") or (module.__doc__ or "")).strip(),
         forbid=list(getattr(module, "forbid", [])),
         forbid_ops=list(getattr(module, "forbid_ops", [])),
+        require_own_kernel=bool(getattr(module, "require_own_kernel", False)),
         inplace=bool(getattr(module, "inplace", False)),
         change_timed_inputs=bool(getattr(module, "change_timed_inputs", True)),
         derive_case=getattr(module, "derive_case", None),

@@ -4,7 +4,9 @@ Inputs are drawn fresh for every (case, seed) from the evaluation's secret seed,
 evaluations see the same data; besides the declared cases, a few unseen ones (awkward
 neighbours of declared sizes, krung.judge.problem.unseen) run too. Every call is a checked call
 (krung.judge.contract): poisoned output memory, inputs unchanged afterwards, no tampering, and on
-each case's first seed no operator the problem forbids. Each output is compared in float64
+each case's first seed no operator the problem forbids. Every call reports whether it
+launched a kernel of the version's own (`delegated` when one did not: krung.judge.delegation),
+which fails the rung where the problem's policy asks for one. Each output is compared in float64
 under the per-dtype policy (krung.judge.tolerance, overridable by the problem), and by the
 problem's own check where it has one (krung.judge.verdict). A failing case stops its remaining
 seeds but not the other cases, so the report shows every case that fails.
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from krung.judge.delegation import Delegation, traced_reference
 from krung.judge.ladder import Context
 from krung.judge.problem import case_label
 from krung.judge.problem.unseen import unseen_cases
@@ -49,7 +52,8 @@ SPEC = RungSpec(
     checks=f"every test case x {Settings.seeds} seeds (`KRUNG_SEEDS`), plus 1-2 unseen cases (awkward "
            "neighbours of declared sizes, new every evaluation), fresh inputs each time, "
            "checked calls (poisoned output memory, inputs unchanged, no tampering, no "
-           "forbidden operator), outputs compared in float64 under the per-dtype tolerance, "
+           "forbidden operator, a kernel of the version's own where the policy asks for one), "
+           "outputs compared in float64 under the per-dtype tolerance, "
            "and by the problem's own check where it has one",
     summary_title="error figures",
     figures=(
@@ -62,6 +66,16 @@ SPEC = RungSpec(
         Figure("unseen_cases", "", "the unseen cases among them", "count", shown=(HTML,)),
         Figure("unseen_skipped", "", "unseen cases the problem itself cannot make inputs or a "
                "reference output for, and why", "text", when="when there are some"),
+        Figure("delegated", "", "some checked call launched no kernel of the version's own "
+               "(only torch's operators; krung.judge.delegation): true for a plain torch "
+               "version", "flag", shown=(HTML,)),
+        Figure("own_kernels", "", "the kernels of the version's own its checked calls "
+               "launched (Triton's by name; on a GPU also every kernel CUPTI saw that the "
+               "reference does not launch and torch does not own)", "list", shown=(HTML,)),
+        Figure("reference_ops", "", "the reference's torch operators (less allocation and "
+               "views) the version's traced calls ran too: what it delegated", "list",
+               when="where the policy traces operators (forbid_ops, require_own_kernel)",
+               shown=(HTML,)),
         Figure("threads_started", "", "threads the version started and left running", "count",
                when="when it left some"),
         Figure("failed_cases", "", "the cases that failed", "list", when="on failure"),
@@ -78,6 +92,8 @@ SPEC = RungSpec(
                required=True, shown=TABLES),
         Figure("seeds", "", "the seeds that ran (a failing seed stops the case)", "count",
                per_case=True, shown=TABLES),
+        Figure("delegated", "", "a call of the case launched no kernel of the version's own",
+               "flag", per_case=True, required=True, shown=TABLES),
         *(replace(f, per_case=True, meaning=f"{f.meaning}: the worst over the case's "
                   "seeds and outputs") for f in ERROR_FIGURES),
         Figure("check", "", "what the problem's own check said", "text", per_case=True,
@@ -102,18 +118,30 @@ def run(ctx: Context) -> dict[str, Any]:
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
     threads = 0
+    delegation = Delegation()
     failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None
     for index, case in enumerate(cases):
         label = case_label(case) + (" (unseen)" if index >= len(declared) else "")
         ctx.progress("correctness", f"case {index + 1}/{len(cases)} {label}")
-        row: dict[str, Any] = {"case": label, "seeds": 0, "passed": True}
+        row: dict[str, Any] = {"case": label, "seeds": 0, "passed": True, "delegated": False}
         for rep in range(seeds):
             inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
-            expected = ctx.expected(inputs)
+            reference_ops = None
+            if rep == 0:  # traced: the reference's operators and kernels too
+                expected, reference_ops, kernels = traced_reference(ctx, inputs)
+                if kernels is not None:
+                    delegation.reference_kernels = (delegation.reference_kernels
+                                                    or set()) | kernels
+            else:
+                expected = ctx.expected(inputs)
             what = f"case {label}, seed #{rep}"
             reply = ctx.checked_call(inputs, expected, what, trace=rep == 0)
             threads = max(threads, reply.get("threads_started", 0))
+            if delegation.note(reply, label, reference_ops):
+                row["delegated"] = True
+                if ctx.problem.require_own_kernel:
+                    raise delegation.failure(label, delegation.figures(ctx.traces_ops))
             row["seeds"] += 1
             verdict = judge_outputs(ctx.problem, inputs, reply["outputs"], expected,
                                     reply.get("tuple", False), ctx.device)
@@ -131,6 +159,7 @@ def run(ctx: Context) -> dict[str, Any]:
         rows.append(row)
     figures = _summary(rows, seeds, worst)
     figures["unseen_cases"] = len(unseen)
+    figures.update(delegation.figures(ctx.traces_ops))
     if skipped:  # the problem's own limits, said in the run rather than dropped
         figures["unseen_skipped"] = "; ".join(skipped)
     if threads:  # not a failure by itself, but work may be hiding there

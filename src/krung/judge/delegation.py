@@ -1,0 +1,110 @@
+"""Whether a version computes in kernels of its own or only delegates to torch (`delegated`).
+
+Every checked call reports the Triton kernels it launched (krung.worker.guard.OwnKernels,
+from the launch log, under the interpreter and on a GPU alike). On a GPU its traced calls
+(each case's first seed) also name every kernel the device ran (CUPTI): a kernel the
+reference did not launch too, and whose name is not torch's own (`at::native::...`), is the
+version's (CUDA C++, CuTeDSL, TileLang, cupy, numba). A call that launched none is delegated.
+
+Where the problem's policy traces torch operators (it forbids some, or asks for the version's
+own kernel), the operators the version ran that the reference ran too are named
+(`reference_ops`): the computation it handed to torch, own kernel or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from krung.protocol.errors import RungFailed
+
+# Operators that allocate, view, copy or convert: the glue around a computation, not it.
+GLUE_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "ones", "ones_like", "full", "full_like", "fill_", "zero_", "view",
+    "_unsafe_view", "reshape", "as_strided", "detach", "alias", "t", "transpose", "permute",
+    "expand", "contiguous", "clone", "copy_", "_to_copy", "to", "lift_fresh", "resize_",
+    "slice", "select", "unsqueeze", "squeeze", "set_", "_local_scalar_dense", "item",
+})
+TORCH_KERNEL_MARKS = ("at::", "at_cuda_detail", "c10::", "pytorch")  # torch's own kernels
+
+
+def is_torch_kernel(name: str) -> bool:
+    return any(mark in name for mark in TORCH_KERNEL_MARKS)
+
+
+@dataclass
+class Delegation:
+    """What the version's checked calls launched, gathered over the correctness rung."""
+
+    own: set[str] = field(default_factory=set)  # kernels of its own, by name
+    delegated_cases: list[str] = field(default_factory=list)
+    version_ops: set[str] = field(default_factory=set)  # from traced calls
+    reference_ops: set[str] = field(default_factory=set)
+    reference_kernels: set[str] | None = None  # GPU: what the reference ran (CUPTI)
+
+    def own_kernels(self, reply: dict[str, Any]) -> list[str]:
+        """The kernels of the version's own one call launched."""
+        names = set(reply.get("kernels") or [])
+        device = reply.get("device_kernels")
+        if device:
+            known = self.reference_kernels or set()
+            names |= {k for k in device if k not in known and not is_torch_kernel(k)}
+        return sorted(names)
+
+    def note(self, reply: dict[str, Any], label: str, reference_ops: set[str] | None) -> bool:
+        """Take one call's report; whether it was delegated (no kernel of its own)."""
+        own = self.own_kernels(reply)
+        self.own.update(own)
+        if reply.get("ops") is not None:
+            self.version_ops.update(reply["ops"])
+        if reference_ops is not None:
+            self.reference_ops.update(reference_ops)
+        if own:
+            return False
+        if label not in self.delegated_cases:
+            self.delegated_cases.append(label)
+        return True
+
+    def shared_ops(self) -> list[str]:
+        """The reference's operators (less the glue) the version ran too."""
+        return sorted((self.version_ops & self.reference_ops) - GLUE_OPS)
+
+    def figures(self, traced: bool) -> dict[str, Any]:
+        figures: dict[str, Any] = {"delegated": bool(self.delegated_cases),
+                                   "own_kernels": sorted(self.own)}
+        if traced:
+            figures["reference_ops"] = self.shared_ops()
+        return figures
+
+    def failure(self, label: str, figures: dict[str, Any]) -> RungFailed:
+        """Delegated: the policy asks for the version's own kernel, and this call had none."""
+        ran = self.shared_ops()
+        what = (f"it ran only torch's operators ({', '.join('aten::' + o for o in ran)}, as the "
+                "reference does)" if ran else "it ran only torch's operators")
+        return RungFailed(
+            "Delegated", f"case {label}: the version launched no kernel of its own; {what}, and "
+            "the problem's policy asks for its own kernel (require_own_kernel)",
+            "write the core operation as a kernel of your own (Triton, CUDA C++, ...) and "
+            "launch it from the entry point; calling torch or a vendor library does not count",
+            figures=figures)
+
+
+def traced_reference(ctx: Any, inputs: tuple) -> tuple[list, set[str] | None, set[str] | None]:
+    """The reference's outputs on `inputs`, with the torch operators it ran (where the policy
+    traces them) and, on a GPU, the kernels it launched (None where CUPTI cannot start)."""
+    import contextlib
+
+    from krung.worker.guard import OpTrace, OwnKernels
+
+    trace = OpTrace() if ctx.traces_ops else contextlib.nullcontext()
+    own = OwnKernels(device=ctx.device != "cpu")
+    with own:
+        with trace:
+            expected = ctx.expected(inputs)
+        if ctx.device != "cpu":
+            import torch
+
+            torch.cuda.synchronize()
+    ops = trace.ops if isinstance(trace, OpTrace) else None
+    return expected, ops, (set(own.device_names) if own.device_names is not None else None)

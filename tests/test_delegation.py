@@ -1,0 +1,201 @@
+"""Delegation in every format (issue 21, item 3): a KernelBench problem states no policy in
+its own file, so the run's options (`--forbid-ops`) and a sidecar beside it
+(`<stem>.krung.yml`) state it; every run reports whether the version launched a kernel of
+its own (`delegated`). Real subprocesses on the CPU, Triton under its interpreter."""
+
+from __future__ import annotations
+
+import pytest
+
+from krung.host import options
+from krung.judge.problem.policy import Policy, apply_policy, read_sidecar, sidecar_path
+from krung.protocol.errors import ProblemError, UsageError
+from krung.protocol.settings import Settings
+from tests.conftest import PROBLEMS, write
+
+RUNGS = "static,compile,run,correctness"
+
+KERNELBENCH_MATMUL = '''
+"""C = A @ B for small matrices (the task's prose says: no torch.matmul)."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+M = 37
+K = 29
+N = 23
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+TORCH_MM = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return torch.mm(A, B)
+'''
+
+AT_OPERATOR = '''
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return A @ B
+'''
+
+TRITON_MATMUL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(a, b, c, M, N, K, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK)):
+        ks = k * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(a + rows[:, None] * K + ks[None, :],
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        y = tl.load(b + ks[:, None] * N + cols[None, :],
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(x, y, acc, input_precision="ieee")
+    tl.store(c + rows[:, None] * N + cols[None, :], acc,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        A, B = A.contiguous(), B.contiguous()
+        M, K = A.shape
+        N = B.shape[1]
+        C = torch.empty((M, N), dtype=A.dtype, device=A.device)
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))
+        matmul_kernel[grid](A, B, C, M, N, K, BLOCK=16)
+        return C
+'''
+
+
+@pytest.fixture
+def matmul(tmp_path):
+    return write(tmp_path / "kb" / "1_Small_matmul.py", KERNELBENCH_MATMUL)
+
+
+def _rungs(result) -> dict:
+    assert result.stdout, result.stderr
+    return {r["name"]: r for r in result.json()["rungs"]}
+
+
+def test_a_torch_version_is_reported_delegated_and_passes_without_a_policy(krung, matmul,
+                                                                           version):
+    result = krung("run", matmul, version("torch_mm", TORCH_MM), "--json", "--rungs", RUNGS)
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness
+    figures = correctness["figures"]
+    assert figures["delegated"] is True and figures["own_kernels"] == []
+    assert all(row["delegated"] for row in figures["per_case"])
+    assert "reference_ops" not in figures  # no policy: no operator trace, no cost
+
+
+def test_forbid_ops_on_the_command_line_rejects_mm_in_a_kernelbench_problem(krung, matmul,
+                                                                            version):
+    result = krung("run", matmul, version("torch_mm", TORCH_MM), "--json", "--rungs", RUNGS,
+                   "--forbid-ops", "mm,addmm")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["error_type"] == "ForbiddenOp", correctness
+    assert "aten::mm" in correctness["error"]
+
+
+def test_a_sidecar_asking_for_an_own_kernel_fails_delegation_and_passes_triton(
+        krung, matmul, version):
+    write(sidecar_path(matmul), "require_own_kernel: true\n")
+    result = krung("run", matmul, version("at_operator", AT_OPERATOR), "--json", "--rungs",
+                   RUNGS)
+    correctness = _rungs(result)["correctness"]
+    assert correctness["error_type"] == "Delegated", correctness
+    assert "aten::mm" in correctness["error"] and correctness["hint"]
+    assert correctness["figures"]["delegated"] is True
+    assert correctness["figures"]["reference_ops"] == ["mm"]
+
+    result = krung("run", matmul, version("triton_matmul", TRITON_MATMUL), "--json", "--rungs",
+                   RUNGS, "--format", "json")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness
+    figures = correctness["figures"]
+    assert figures["delegated"] is False and figures["own_kernels"] == ["matmul_kernel"]
+    assert not any(row["delegated"] for row in figures["per_case"])
+    assert "mm" not in figures["reference_ops"]  # traced: it ran no torch matmul
+
+
+def test_a_broken_sidecar_is_a_problem_error_naming_each_defect(tmp_path, matmul):
+    write(sidecar_path(matmul), "forbid_ops: 3\nrequire_own_kernel: maybe\ncolour: red\n")
+    with pytest.raises(ProblemError) as caught:
+        read_sidecar(matmul)
+    said = str(caught.value) + str(getattr(caught.value, "defects", ""))
+    assert "forbid_ops" in said and "require_own_kernel" in said and "colour" in said
+    folder = tmp_path / "gpumode_problem"
+    write(folder / "krung.yml", "forbid: torch.matmul\nforbid_ops: [mm, aten::bmm]\n")
+    assert read_sidecar(folder) == Policy(("torch.matmul",), ("mm", "aten::bmm"), False)
+
+
+def test_the_options_policy_joins_lists_and_is_added_to_the_problems_own():
+    settings = options.settings_of({"forbid_ops": ["mm", "bmm"], "forbid": "torch.mm",
+                                    "require_own_kernel": True})
+    policy = Policy.of(settings)
+    assert policy == Policy(("torch.mm",), ("mm", "bmm"), True)
+
+    class Problem:
+        forbid, forbid_ops, require_own_kernel = ["torch.matmul"], ["mm"], False
+
+    problem = Problem()
+    apply_policy(problem, policy)
+    assert problem.forbid == ["torch.matmul", "torch.mm"] and problem.forbid_ops == ["mm", "bmm"]
+    assert problem.require_own_kernel
+    with pytest.raises(UsageError, match="--forbid-ops"):
+        options.settings_of({"forbid_ops": "mm; rm -rf"}, Settings())
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_cupti_tells_own_cuda_kernels_from_the_references_library_kernels(
+        krung, matmul, version):
+    """On the H200: a torch.mm version launches only the cuBLAS kernels the reference launches
+    too (Delegated under --require-own-kernel); a CUDA C++ version's kernel is its own; the
+    Triton version's too."""
+    result = krung("run", matmul, version("torch_mm", TORCH_MM), "--device", "cuda", "--json",
+                   "--rungs", RUNGS, "--require-own-kernel")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["error_type"] == "Delegated", correctness
+
+    result = krung("run", matmul, version("triton_matmul", TRITON_MATMUL), "--device", "cuda",
+                   "--json", "--rungs", RUNGS, "--require-own-kernel")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness
+    assert "matmul_kernel" in correctness["figures"]["own_kernels"]
+
+    cuda = PROBLEMS / "vector_add" / "solutions" / "cuda_inline.py"
+    result = krung("run", "vector_add", cuda, "--device", "cuda", "--json", "--rungs", RUNGS,
+                   "--require-own-kernel", timeout=900)
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness
+    assert correctness["figures"]["delegated"] is False
+    assert any("add_kernel" in k for k in correctness["figures"]["own_kernels"])

@@ -138,7 +138,10 @@ def run(ctx: Context) -> dict[str, Any]:
             what = f"case {label}, seed #{rep}"
             reply = ctx.checked_call(inputs, expected, what, trace=rep == 0)
             threads = max(threads, reply.get("threads_started", 0))
-            if delegation.note(reply, label, reference_ops):
+            # On a GPU only the traced call names the device's kernels (CUDA C++ ones too):
+            # the others' Triton launches alone cannot tell a delegated call.
+            decides = rep == 0 or ctx.device == "cpu"
+            if decides and delegation.note(reply, label, reference_ops):
                 row["delegated"] = True
                 if ctx.problem.require_own_kernel:
                     raise delegation.failure(label, delegation.figures(ctx.traces_ops))

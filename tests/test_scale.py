@@ -68,6 +68,20 @@ def test_gpu_slots_pin_each_evaluation(scale_problem, version, settings):
     assert slots == {"0", "1"}
 
 
+def test_a_crash_beside_another_job_on_its_gpu_is_run_again_alone(scale_problem, version,
+                                                                   settings):
+    """Two slots on one GPU: a worker that died (as a failed cuMemAlloc or the OOM killer
+    leave it) may have died of its neighbour's memory, so it runs again, alone; a failure on
+    the merits (a mismatch) is not repeated."""
+    versions = [version("segv", SEGFAULT), version("tail", TAIL_BUG), version("good", GOOD)]
+    executor = krung.make_executor("local", gpus=["0"], per_gpu=2)
+    outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs=CORRECTNESS)
+                                  for v in versions], settings))
+    assert sorted(Path(o.job.solution).stem for o in outcomes) == ["good", "segv", "tail"]
+    stems = [Path(r.solution).stem for r in Store(settings.store).history("scale")]
+    assert sorted(stems) == ["good", "segv", "segv", "tail"]
+
+
 def test_a_gpu_named_twice_is_one_slot(scale_problem, version, settings):
     executor = krung.make_executor("local", gpus=["0", "0"])
     assert executor.gpus == ["0"] and executor.slots == 1  # not two benchmarks on GPU 0

@@ -6,13 +6,15 @@ length of the batch where the machine has cores to spare: krung.host.service). W
 only that GPU (CUDA_VISIBLE_DEVICES). Several slots may share a GPU (`per_gpu`, or `workers`
 without `gpus`): the rungs that measure take the GPU for themselves (krung.judge.gpu_lock),
 so two benchmarks never overlap, and the next versions' start, compile and correctness run
-meanwhile.
+meanwhile. A job sharing its GPU that failed as running out of memory does (a dead worker
+included) runs again at the end, alone on its GPU.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import re
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -57,6 +59,21 @@ class LocalExecutor:
                                       thread_name_prefix="krung-slot") as pool:
             pending: set[Future[Outcome]] = {
                 pool.submit(_run_in_slot, job, settings, slots) for job in jobs}
+            again: list[Job] = []
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    outcome = future.result()
+                    if self.per_gpu > 1 and self.gpus and out_of_memory(outcome):
+                        again.append(outcome.job)  # it shared the GPU: run it alone, later
+                    else:
+                        yield outcome
+            # One at a time on each GPU: at declared sizes (KernelBench's 6 GiB inputs) two
+            # problems on one GPU can exhaust its memory where either alone fits.
+            alone: queue.Queue[dict[str, str]] = queue.Queue()
+            for gpu in self.gpus:
+                alone.put({"CUDA_VISIBLE_DEVICES": gpu})
+            pending = {pool.submit(_run_in_slot, job, settings, alone) for job in again}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -73,6 +90,21 @@ def _run_in_slot(job: Job, settings: Settings, slots: queue.Queue[dict[str, str]
         return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
     finally:
         slots.put(env)
+
+
+MEMORY_FAILURES = re.compile(r"out of memory|OUT_OF_MEMORY|OutOfMemoryError|WorkerCrashed",
+                             re.IGNORECASE)
+
+
+def out_of_memory(outcome: Outcome) -> bool:
+    """Whether the job failed as a GPU out of memory fails (a worker that died mid-case is
+    counted: the OOM killer or a failed cuMemAlloc leave nothing better), not on its merits."""
+    texts = [outcome.error or ""]
+    if outcome.run is not None:
+        texts.append(outcome.run.error or "")
+        texts += [f"{r.error_type} {r.error}" for r in outcome.run.rungs
+                  if r.status.value == "failed"]
+    return bool(MEMORY_FAILURES.search(" ".join(texts)))
 
 
 def visible_gpus() -> list[str]:

@@ -277,11 +277,6 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
     what = f"timing bench case {label}"
     first = ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0, 0))
     count = _input_sets(ctx, first)
-    rounds = [[first] + [ctx.make_inputs(case, ctx.seed_for("benchmark", index, 0, n))
-                         for n in range(1, count)]]
-    for round_index in range(1, ROUNDS):
-        rounds.append([ctx.make_inputs(case, ctx.seed_for("benchmark", index, round_index, n))
-                       for n in range(count)])
 
     before = clock_state() if ctx.device == "cuda" else None
     after = None
@@ -293,7 +288,15 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
     round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
                          min_samples=max(3, plan.min_samples // ROUNDS))
     tuned: list[dict[str, Any]] = []
-    for round_index, sets in enumerate(rounds):
+    for round_index in range(ROUNDS):
+        # Each round's sets are made when it starts, the last round's data freed first: at
+        # KernelBench's declared sizes a set reaches 8 GiB, and two rounds' sets and outputs
+        # at once ran the H200 out of memory with two problems on it.
+        sets = expected = seen = []
+        sets = [first if round_index == n == 0 else
+                ctx.make_inputs(case, ctx.seed_for("benchmark", index, round_index, n))
+                for n in range(count)]
+        first = None
         sent = [list(poison_leaves(s, ctx.problem.writable_leaves(s), NAN_BYTE)) for s in sets]
         changes = _changes(ctx, sets, ctx.seed_for("benchmark-changes", index, round_index))
         request = (messages.Time(plan=asdict(round_plan), inputs=sent, changes=changes)
@@ -305,7 +308,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         check_conduct(reply, what, set())
         seen = _as_changed(ctx, sets, reply, changes, what) if changes else sets
         mine.append(Samples(**reply["samples"]))
-        if round_index == len(rounds) - 1 and ctx.device == "cuda":
+        if round_index == ROUNDS - 1 and ctx.device == "cuda":
             after = clock_state()  # right after the version's last round, not the reference's
         tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
         ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
@@ -316,6 +319,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
             else:
                 compiled_samples.append(timed)
         if changes:  # the reference on each set as its last timed call saw it
+            expected = []
             expected = [ctx.expected(inputs) for inputs in seen]
         _check_timed_outputs(ctx, reply, seen, expected, f"{label}, round {round_index + 1}")
 

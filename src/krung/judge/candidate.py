@@ -109,7 +109,7 @@ def kill_all() -> None:
     """Kill every worker this process started, with everything below them: the judge's way
     out when it is stopped (SIGTERM) or its caller is gone."""
     for candidate in list(_STARTED):
-        if candidate.process is not None:
+        if candidate.process is not None and candidate.process.returncode is None:
             end_tree(candidate.process.pid)
 
 
@@ -252,9 +252,14 @@ class Candidate:
     def sandbox_request(self, build_cache: str | None) -> dict[str, Any]:
         """Where the version's process may write: its scratch, the workers' caches, the run's
         folders it was given, torch's build cache (CUDA C++), /dev (the GPU, shared memory).
-        Under a tool (ncu, compute-sanitizer) it keeps TCP, which the tool may talk over."""
+        Under a tool (ncu, compute-sanitizer), whose part inside the worker talks to the tool
+        and keeps its lock files where it chooses, TCP and the temp folder stay open too."""
         writable = [self.scratch, self.cache, *self.writable, build_cache, "/dev"]
-        return {"writable": [str(w) for w in writable if w], "network": bool(self.prefix)}
+        if self.prefix:
+            writable += [tempfile.gettempdir(), "/tmp"]
+        # absolute: the worker resolves them in its scratch
+        return {"writable": [os.path.abspath(w) for w in writable if w],
+                "network": bool(self.prefix)}
 
     def move_log(self, path: Path) -> None:
         """Move the worker's log (it keeps writing to it) to `path`, in the run's folder."""
@@ -398,7 +403,11 @@ class Candidate:
         """End the worker, everything it started, and its scratch folder."""
         if self.process is None:
             return
-        end_tree(self.process.pid)
+        if self.process.poll() is None:  # not yet reaped: its pid is still its own
+            end_tree(self.process.pid)
+        else:  # what it left in its group; the rest climbed to this process (end_strays)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         end_strays()

@@ -249,7 +249,7 @@ _RULE_PATH_BENEATH = 1
 # TRUNCATE. Reading, executing and device ioctls are left unhandled: allowed everywhere.
 _WRITES = {1: 1 << 1 | 0b1_1111_1111 << 4, 2: 1 << 13, 3: 1 << 14}
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
-_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
 
 
 def _libc() -> Any:
@@ -282,7 +282,7 @@ def landlock_abi() -> int:
 
 def restrict(writable: list[str], network: bool = False) -> dict[str, Any]:
     """Allow writes only beneath `writable` (folders; those missing are skipped) and, unless
-    `network`, no TCP and no signals or abstract sockets out of the sandbox. Returns what
+    `network`, no TCP and no signals out of the sandbox. Returns what
     applied: {"sandbox": "landlock" | "none", "landlock_abi", "writable", "network", ...}."""
     import ctypes
 
@@ -307,9 +307,9 @@ def restrict(writable: list[str], network: bool = False) -> dict[str, Any]:
         applied["network"] = "no TCP"
     if abi >= 4:
         size = 16
-    if abi >= 6 and not network:
-        attr.scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL
-        applied["scoped"] = "signals and abstract unix sockets"
+    if abi >= 6 and not network:  # abstract unix sockets stay open: the GPU stack may use them
+        attr.scoped = _SCOPE_SIGNAL
+        applied["signals"] = "to its own sandbox only"
     if abi >= 6:
         size = 24
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), size, 0)

@@ -230,13 +230,24 @@ def test_a_double_forked_sleeper_ends_with_its_run(krung, scale_problem, version
 
 
 @pytest.mark.gpu
-def test_the_cuda_ladder_runs_inside_the_walls(krung):
-    """On the GPU: the whole default ladder for a Triton version (its compiles in the
-    workers' shared Triton cache, the artifacts in the run's folder, ncu and
-    compute-sanitizer where installed) under the sandbox."""
-    solution = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
-    result = krung("run", "softmax", solution, "--json", "--device", "cuda", timeout=1200)
-    assert result.code == 0, json.dumps(rungs_of(result), indent=1)[-4000:]
-    assert all(r["status"] in ("ok", "skipped") for r in rungs_of(result).values())
+@pytest.mark.parametrize("solution", [
+    PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py",
+    PROBLEMS / "vector_add" / "solutions" / "cuda_inline.py",  # torch's build cache
+    PROBLEMS / "vector_add" / "solutions" / "cutedsl.py",  # its dumps in the run's folder
+    PROBLEMS / "vector_add" / "solutions" / "tilelang_jit.py",
+], ids=lambda p: p.stem)
+def test_the_cuda_ladder_runs_inside_the_walls(krung, solution):
+    """On the GPU: every rung (ncu's profile and compute-sanitizer too, where installed) for
+    versions in the DSLs that write caches or files: Triton's cache, torch's CUDA C++ build
+    cache, CuTeDSL's dumps, TileLang's cache; by CUDA IPC. A DSL not installed is skipped."""
+    from krung.judge.ladder import RUNGS
+
+    result = krung("run", solution.parent.parent.name, solution, "--json", "--device", "cuda",
+                   "--rungs", ",".join(RUNGS), env={"KRUNG_SANITIZE": "1"}, timeout=1200)
+    rungs = rungs_of(result)
+    if rungs["compile"].get("error_type") == "DSLNotInstalled":
+        pytest.skip(rungs["compile"]["error"])
+    assert result.code == 0, json.dumps(rungs, indent=1)[-6000:]
+    assert all(r["status"] in ("ok", "skipped") for r in rungs.values()), rungs
     sandbox = run_json(result)["env"]["sandbox"]
     assert sandbox["sandbox"] == ("landlock" if ABI else "none"), sandbox

@@ -111,6 +111,8 @@ def kill_all() -> None:
     for candidate in list(_STARTED):
         if candidate.process is not None and candidate.process.returncode is None:
             end_tree(candidate.process.pid)
+        if candidate.scratch is not None:
+            shutil.rmtree(candidate.scratch, ignore_errors=True)
 
 
 def _children(pid: int) -> list[int]:

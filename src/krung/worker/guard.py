@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -270,12 +271,15 @@ def _failed(what: str) -> OSError:
 
 
 def adopt_orphans() -> bool:
-    """Make this process the subreaper of its descendants; False where the OS refuses."""
-    return _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    """Make this process the subreaper of its descendants; False where the OS refuses (or is
+    not Linux)."""
+    return sys.platform == "linux" and _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version; 0 where Landlock is missing or disabled."""
+    if sys.platform != "linux":
+        return 0
     abi = _libc().syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
     return max(int(abi), 0)
 

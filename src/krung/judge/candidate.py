@@ -9,6 +9,13 @@ A worker may be started before the evaluation it serves is known (a judge of the
 service starts its worker in advance): what the version's import needs from the evaluation
 (environment variables, the working directory) travels with the `load` request instead
 (`at_load`), and the log is moved into the run's folder once there is one (`move_log`).
+
+The worker is fenced in (docs/trust.md): it gets an allow-listed environment (`worker_env`: no
+KRUNG_* setting, no store path; HOME and TMPDIR in a scratch folder of its own, which is also
+the version's working directory), and on loading the version it raises its own walls
+(krung.worker.guard.restrict: writes only to its scratch, the workers' shared caches, the folders it
+is given and /dev; no TCP). Ending it ends everything below it, even what the version moved
+to a session of its own or double-forked (`end_tree`).
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import contextlib
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import weakref
 from pathlib import Path
@@ -42,14 +51,151 @@ _SIGNALS = {
 
 _STARTED: weakref.WeakSet[Candidate] = weakref.WeakSet()  # for kill_all
 
+# What a worker keeps of the judge's environment: what Python, torch, the DSLs, CUDA and the
+# compilers they call read. Nothing else crosses: no KRUNG_* setting (the worker takes its
+# settings as arguments), so no store path; no credentials, no caller's state.
+KEPT_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME",
+                            "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CC", "CXX",
+                            "MAX_JOBS"})
+KEPT_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "NVCC_", "TRITON_", "TORCH_",
+                 "TORCHINDUCTOR_", "PYTORCH_", "CUTE_DSL_", "CUTLASS_", "TILELANG_", "TVM_",
+                 "OMP_", "MKL_", "OPENBLAS_", "CUBLAS_", "CUDNN_")
+# The compile caches every worker shares, so compiles stay warm from run to run: the
+# workers' own, apart from the judge's (a version can write to them; the judge, which
+# runs the reference, never reads them). A variable the caller set wins.
+SHARED_CACHES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+                 "CUDA_CACHE_PATH": "nv", "TILELANG_CACHE_DIR": "tilelang"}
+
+
+def worker_cache() -> Path:
+    """The workers' shared cache folder: krung/worker under the user's cache folder."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = Path(base) / "krung" / "worker"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no writable home: a folder of this user's in the temp folder
+        folder = Path(tempfile.gettempdir()) / f"krung-worker-cache-{os.getuid()}"
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def worker_env(scratch: Path, cache: Path, environ: dict[str, str] | None = None
+               ) -> dict[str, str]:
+    """The worker's environment: the allow-listed variables of `environ` (this process's),
+    HOME and TMPDIR in `scratch`, the compile caches and XDG_CACHE_HOME in `cache`, and the
+    user's site-packages where they were (HOME moved)."""
+    import site
+
+    environ = dict(os.environ if environ is None else environ)
+    env = {k: v for k, v in environ.items()
+           if k in KEPT_VARIABLES or k.startswith(KEPT_PREFIXES)}
+    env.update(HOME=str(scratch), TMPDIR=str(scratch), XDG_CACHE_HOME=str(cache),
+               PYTHONUNBUFFERED="1")
+    # The worker starts in its scratch: the import path must not depend on this process's
+    # working directory (a relative PYTHONPATH, or krung importable from here only).
+    paths = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds krung
+    if root == os.getcwd() and root not in paths:
+        paths.insert(0, root)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("PYTHONUSERBASE", site.getuserbase())
+    for variable, folder in SHARED_CACHES.items():
+        env.setdefault(variable, str(cache / folder))
+    return env
+
 
 def kill_all() -> None:
-    """Kill every worker this process started (with their process groups): the judge's way
+    """Kill every worker this process started, with everything below them: the judge's way
     out when it is stopped (SIGTERM) or its caller is gone."""
     for candidate in list(_STARTED):
-        if candidate.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(candidate.process.pid, signal.SIGKILL)
+        if candidate.process is not None and candidate.process.returncode is None:
+            end_tree(candidate.process.pid)
+        if candidate.scratch is not None:
+            shutil.rmtree(candidate.scratch, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(c) for c in f.read().split()]
+    return found
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command (state first); [] once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _living_descendants(pid: int) -> list[int]:
+    below, stack = [], _children(pid)
+    while stack:
+        child = stack.pop()
+        if _stat(child)[:1] not in ([], ["Z"]):  # gone or a zombie: nothing left to stop
+            below.append(child)
+        stack += _children(child)
+    return below
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def end_tree(pid: int) -> None:
+    """SIGKILL process `pid` and every process below it, whatever session or group they moved
+    to. The worker is every orphan's subreaper below it (krung.worker.guard.adopt_orphans),
+    so a double-forked child stays below it; the worker is stopped first so nothing below
+    is reparented away, and each found process is stopped before it is killed, so none
+    forks faster than it is found."""
+    _signal(pid, signal.SIGSTOP)
+    for _ in range(1000):
+        below = _living_descendants(pid)
+        if not below:
+            break
+        for child in below:
+            _signal(child, signal.SIGSTOP)
+        for child in below:
+            _signal(child, signal.SIGKILL)
+    _signal(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)  # what it left in its group (its tool's children too)
+
+
+def end_strays() -> None:
+    """Kill and reap the orphans of workers that were reparented to this process, its
+    subreaper (a version that turned its worker's subreaper off lets them climb here):
+    children in another session than this process's and not a running worker. What the judge
+    starts itself (nvcc, the artifacts' build process) stays in its session; a worker's
+    descendants can never enter it."""
+    workers = {c.process.pid for c in list(_STARTED)
+               if c.process is not None and c.process.returncode is None}
+    session = os.getsid(0)
+    for child in _children(os.getpid()):
+        if child in workers:
+            continue
+        with contextlib.suppress(OSError):
+            if os.getsid(child) == session:
+                continue
+        end_tree(child)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child, 0)
+
+
+def _adopt_orphans() -> None:
+    """Become the subreaper of every process below this one (once; harmless where refused)."""
+    from krung.worker.guard import adopt_orphans
+
+    adopt_orphans()
 
 
 class Candidate:
@@ -75,6 +221,12 @@ class Candidate:
         self.started_at = 0.0
         # Added to the `load` request: {"env": {...}, "cwd": "..."} for the version's import.
         self.at_load: dict[str, Any] = {}
+        # Folders of the run the version's process may write to besides its scratch (the
+        # artifacts rung's, the DSLs' dumps): added to the `load` request's sandbox.
+        self.writable: list[Path] = []
+        self.scratch: Path | None = None  # its HOME, TMPDIR and working directory
+        self.cache = worker_cache()
+        self.sandbox: dict[str, Any] | None = None  # what the worker said applied, once loaded
 
     def start(self, preload: tuple[str, ...] = ()) -> None:
         """Start the worker; `preload`: DSL packages it imports before any version (it still
@@ -82,7 +234,8 @@ class Candidate:
         # No MALLOC_PERTURB_ here: it made every allocation of the process a memset, the
         # channel's receive buffers too (a 128 MiB input took 27 s to arrive). The worker
         # poisons the allocations of the version's checked calls alone (guard.poisoned).
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.extra_env)
+        self.scratch = Path(tempfile.mkdtemp(prefix="krung-worker-"))
+        env = {**worker_env(self.scratch, self.cache), **self.extra_env}
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         self.started_at = time.perf_counter()
@@ -93,9 +246,22 @@ class Candidate:
             args.append("--warm-profiler")
         for package in preload:
             args += ["--preload", package]
+        _adopt_orphans()
         self.process, self.channel = spawn("krung.worker.serve", args, log=self.log, env=env,
-                                           new_session=True, prefix=self.prefix)
+                                           new_session=True, prefix=self.prefix, cwd=self.scratch)
         _STARTED.add(self)
+
+    def sandbox_request(self, build_cache: str | None) -> dict[str, Any]:
+        """Where the version's process may write: its scratch, the workers' caches, the run's
+        folders it was given, torch's build cache (CUDA C++), /dev (the GPU, shared memory).
+        Under a tool (ncu, compute-sanitizer), whose part inside the worker talks to the tool
+        and keeps its lock files where it chooses, TCP and the temp folder stay open too."""
+        writable = [self.scratch, self.cache, *self.writable, build_cache, "/dev"]
+        if self.prefix:
+            writable += [tempfile.gettempdir(), "/tmp"]
+        # absolute: the worker resolves them in its scratch
+        return {"writable": [os.path.abspath(w) for w in writable if w],
+                "network": bool(self.prefix)}
 
     def move_log(self, path: Path) -> None:
         """Move the worker's log (it keeps writing to it) to `path`, in the run's folder."""
@@ -141,12 +307,16 @@ class Candidate:
         self.hello(timeout)
         assert self.channel is not None
         if isinstance(message, messages.Load):
-            message = dataclasses.replace(message, **self.at_load)
+            message = dataclasses.replace(message, **self.at_load, cwd=str(self.scratch),
+                                          sandbox=self.sandbox_request(message.build_cache))
         try:
             self.channel.send(message)
         except ChannelClosed:
             self._died(what)
-        return self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
+        reply = self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
+        if isinstance(reply, messages.Loaded):
+            self.sandbox = reply.sandbox
+        return reply
 
     def _receive(self, what: str, timeout: float, expect: messages.Replies,
                  max_tensor_bytes: int | None = None, limit: str = "--timeout") -> Any:
@@ -232,12 +402,19 @@ class Candidate:
         return text if size <= LOG_TAIL_BYTES else "...\n" + text.split("\n", 1)[-1]
 
     def kill(self) -> None:
+        """End the worker, everything it started, and its scratch folder."""
         if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process.poll() is None:  # not yet reaped: its pid is still its own
+            end_tree(self.process.pid)
+        else:  # what it left in its group; the rest climbed to this process (end_strays)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
+        end_strays()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def close(self) -> None:
         """End the worker. It keeps nothing worth a graceful exit, and killing it spares the

@@ -111,15 +111,22 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
           logs: tuple[Path, Path]) -> None:
     settings = Settings(**request.settings)
     run_dir = Path(request.run_dir)
-    from krung.judge.rungs.artifacts.dumped import dump_env
+    from krung.judge.rungs.artifacts import FOLDER as ARTIFACTS
+    from krung.judge.rungs.artifacts.dumped import dump_dir, dump_env
 
     if request.cwd:  # a pooled judge started elsewhere: work where the caller does
         move_to(request.cwd)
     _move_logs(logs, run_dir, candidate)
     solution = read_copy(request.version, request.solution, request.sha256)
     candidate.solution = solution.path
-    # The DSLs that can keep the kernels they compile (CuTeDSL) keep them in the run's folder.
-    candidate.at_load = {"env": dump_env(run_dir), "cwd": os.getcwd()}
+    # The DSLs that can keep the kernels they compile (CuTeDSL) keep them in the run's folder
+    # (told to a version of theirs alone: the run's folder names the store's); the version's
+    # process may write there and in the artifacts rung's folder, in no other of the run's.
+    if solution.dsl == "cutedsl":
+        candidate.at_load = {"env": dump_env(run_dir)}
+    candidate.writable = [dump_dir(run_dir, "cutedsl"), run_dir / ARTIFACTS]
+    if "artifacts" in request.rungs:  # a folder must be there for the sandbox to allow it
+        (run_dir / ARTIFACTS).mkdir(exist_ok=True)
     pulse.send(messages.Env({"worker_pid": candidate.pid, "judge_pid": os.getpid()}))
     try:
         if device == "cuda":
@@ -221,7 +228,9 @@ def _driver_version() -> str | None:
 
 def _worker_facts(candidate: Candidate) -> dict[str, Any]:
     facts = candidate.facts
-    return {k: facts[k] for k in ("triton",) if facts.get(k)}
+    # the sandbox the version ran in (krung.worker.guard.restrict), as its worker said
+    sandbox = {"sandbox": candidate.sandbox} if candidate.sandbox else {}
+    return {**{k: facts[k] for k in ("triton",) if facts.get(k)}, **sandbox}
 
 
 def _warm(device: str, candidate: Candidate) -> None:

@@ -155,17 +155,17 @@ class Channel:
 
 
 def spawn(module: str, args: list[str], *, log: Path, env: dict[str, str] | None = None,
-          new_session: bool = False,
-          prefix: list[str] | None = None) -> tuple[subprocess.Popen, Channel]:
+          new_session: bool = False, prefix: list[str] | None = None,
+          cwd: Path | None = None) -> tuple[subprocess.Popen, Channel]:
     """Start `python -m module` (under `prefix`, a tool such as compute-sanitizer) with a
-    private channel and its output going to `log`."""
+    private channel and its output going to `log`, in `cwd` (this process's by default)."""
     parent_end, child_end = socket.socketpair()
     child_fd = child_end.fileno()
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [*(prefix or []), sys.executable, "-m", module, "--fd", str(child_fd), *args],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            pass_fds=(child_fd,), env=env, start_new_session=new_session,
+            pass_fds=(child_fd,), env=env, start_new_session=new_session, cwd=cwd,
         )
     child_end.close()
     connection = Connection(os.dup(parent_end.fileno()))

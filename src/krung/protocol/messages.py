@@ -275,6 +275,7 @@ class Loaded(Reply):
     load_s: float
     triton: str | None = None  # Triton's version, when the version uses Triton
     builds: list[dict[str, Any]] | None = None
+    sandbox: dict[str, Any] | None = None  # what krung.worker.guard.restrict applied
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,8 @@ class Load(ToWorker):
     env: dict[str, str] | None = None  # for the import (a worker started in advance)
     cwd: str | None = None
     build_cache: str | None = None  # where torch builds CUDA C++ (on a GPU)
+    # The walls the worker raises before the import: {"writable": [folders], "network": bool}
+    sandbox: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,23 @@ version) still compares every output itself.
 - `InputChanges`: before every timed call, a few elements of its input set change (and are
   put back after it), so no two timed calls see the same contents and a cache keyed on them
   replays a stale output, which the judge's check of the last call of every set catches.
+- `adopt_orphans`: the worker becomes its descendants' subreaper, so a child the version
+  double-forks or moves to a session of its own (`setsid`) stays below the worker, where the
+  judge finds and ends it with the run (krung.judge.candidate.end_tree).
+- `restrict`: the walls raised before the version is imported, which it cannot take down:
+  Landlock, where the kernel has it (no root needed). The process and everything it starts
+  may read anything but write only the folders it is given (its scratch, the shared caches,
+  the run's artifact folders, /dev); from Landlock ABI 4 it may neither connect nor bind a
+  TCP port; from ABI 6 it may not signal processes outside its sandbox.
 
-Stdlib and torch only: this module is imported by the worker.
+Stdlib (ctypes too) and torch only: this module is imported by the worker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -287,3 +296,111 @@ class InputChanges:
         if key not in self.generators:
             self.generators[key] = torch.Generator(device=device).manual_seed(self.seed)
         return self.generators[key]
+
+
+# The walls (Landlock) and the subreaper: prctl and raw syscalls through ctypes.
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64, arm64
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+
+# The file-system rights a ruleset handles (denied unless a rule allows them), by the ABI that
+# brought them: ABI 1 WRITE_FILE (bit 1), REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR,
+# MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM (bits 4-12); ABI 2 REFER; ABI 3
+# TRUNCATE. Reading, executing and device ioctls are left unhandled: allowed everywhere.
+_WRITES = {1: 1 << 1 | 0b1_1111_1111 << 4, 2: 1 << 13, 3: 1 << 14}
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+
+def _libc() -> Any:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                           ctypes.c_ulong]
+    return libc
+
+
+def _failed(what: str) -> OSError:
+    import ctypes
+
+    errno = ctypes.get_errno()
+    return OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def adopt_orphans() -> bool:
+    """Make this process the subreaper of its descendants; False where the OS refuses (or is
+    not Linux)."""
+    return sys.platform == "linux" and _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where Landlock is missing or disabled."""
+    if sys.platform != "linux":
+        return 0
+    abi = _libc().syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
+    return max(int(abi), 0)
+
+
+def restrict(writable: list[str], network: bool = False) -> dict[str, Any]:
+    """Allow writes only beneath `writable` (folders; those missing are skipped) and, unless
+    `network`, no TCP and no signals out of the sandbox. Returns what
+    applied: {"sandbox": "landlock" | "none", "landlock_abi", "writable", "network", ...}."""
+    import ctypes
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64),
+                    ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+    class PathBeneathAttr(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    abi = landlock_abi()
+    if abi == 0:
+        return {"sandbox": "none", "why": "the kernel has no Landlock (or it is disabled)"}
+    libc = _libc()
+    writes = sum(bits for since, bits in _WRITES.items() if abi >= since)
+    attr = RulesetAttr(handled_access_fs=writes)
+    size = 8  # the fields this kernel knows: a larger struct with fields it lacks is refused
+    applied: dict[str, Any] = {"sandbox": "landlock", "landlock_abi": abi, "network": "open"}
+    if abi >= 4 and not network:
+        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP  # no rule: no port at all
+        applied["network"] = "no TCP"
+    if abi >= 4:
+        size = 16
+    if abi >= 6 and not network:  # abstract unix sockets stay open: the GPU stack may use them
+        attr.scoped = _SCOPE_SIGNAL
+        applied["signals"] = "to its own sandbox only"
+    if abi >= 6:
+        size = 24
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), size, 0)
+    if ruleset < 0:
+        raise _failed("landlock_create_ruleset")
+    allowed: list[str] = []
+    try:
+        for folder in dict.fromkeys(writable):
+            try:
+                fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:  # missing, or not a folder: nothing to allow
+                continue
+            try:
+                rule = PathBeneathAttr(allowed_access=writes, parent_fd=fd)
+                if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH,
+                                ctypes.byref(rule), 0) < 0:
+                    raise _failed(f"landlock_add_rule {folder}")
+            finally:
+                os.close(fd)
+            allowed.append(folder)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise _failed("prctl(PR_SET_NO_NEW_PRIVS)")
+        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
+            raise _failed("landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    applied["writable"] = allowed
+    return applied

@@ -99,6 +99,7 @@ class Worker:
             from krung.worker import torch_build
 
             torch_build.install(request.build_cache, self.solution)
+        sandbox = raise_walls(request.sandbox)  # torch is in; the version not yet
         before = set(sys.modules)
         try:
             module = import_version(Path(request.path), self.solution, request.sha256)
@@ -123,7 +124,8 @@ class Worker:
                 "message": f"{self.solution.name}: {exc.message}", "hint": exc.hint})
         triton = sys.modules.get("triton") if uses_triton else None
         return messages.Loaded(load_s=time.perf_counter() - start,
-                               triton=getattr(triton, "__version__", None), builds=_builds())
+                               triton=getattr(triton, "__version__", None), builds=_builds(),
+                               sandbox=sandbox)
 
     def op_call(self, request: messages.Call) -> messages.Reply:
         """Run the version once. Optionally: poison the memory its outputs will likely get,
@@ -384,6 +386,19 @@ def _refers_to(package: str, modules: list[Any]) -> bool:
     return False
 
 
+def raise_walls(asked: dict[str, Any] | None) -> dict[str, Any]:
+    """The sandbox the judge asked for (krung.worker.guard.restrict); what applied. Where
+    Landlock is missing or refuses, the version runs without it, and the run says so."""
+    from krung.worker.guard import restrict
+
+    if not asked:
+        return {"sandbox": "none", "why": "not asked for"}
+    try:
+        return restrict(asked["writable"], network=asked.get("network", False))
+    except OSError as exc:
+        return {"sandbox": "none", "why": str(exc)}
+
+
 def move_to(cwd: str) -> None:
     """Work in `cwd`, as a process started there would: its path entry (`python -m` puts the
     start directory first on sys.path) follows."""
@@ -454,6 +469,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preload", action="append", default=[],
                         help="a DSL package to import before any version (a warm start)")
     args = parser.parse_args(argv)
+    from krung.worker.guard import adopt_orphans
+
+    adopt_orphans()  # what the version double-forks stays below the worker, to be ended with it
     # A print flood (or any runaway file) ends the worker with SIGXFSZ at this size.
     resource.setrlimit(resource.RLIMIT_FSIZE, (args.max_file_bytes, args.max_file_bytes))
     faulthandler.enable()  # a segfault prints the Python stack to the log

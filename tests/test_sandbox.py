@@ -1,0 +1,253 @@
+"""The worker's walls (krung.judge.candidate.worker_env, krung.worker.guard.restrict):
+versions that try to reach the store, the problem, the network or the Python installation,
+or to outlive their run, and an honest version using its scratch folder, which passes.
+
+Real `krung` commands on the CPU. Where the kernel has no Landlock the tests of what only
+Landlock stops are skipped, saying so; the environment's allow-list holds everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from krung.judge.candidate import worker_env
+from krung.worker.guard import landlock_abi
+from tests.conftest import PROBLEMS
+from tests.test_red_team import first_failure, rungs_of
+
+RUNGS = "static,compile,run"
+ABI = landlock_abi()
+needs_landlock = pytest.mark.skipif(ABI == 0, reason="this kernel has no Landlock: the "
+                                    "version's process may write wherever its user may")
+
+
+def run_json(result) -> dict:
+    return result.json()
+
+
+def test_the_worker_environment_is_an_allow_list(tmp_path):
+    environ = {"PATH": "/usr/bin", "LC_ALL": "C.UTF-8", "CUDA_VISIBLE_DEVICES": "3",
+               "TRITON_PRINT_AUTOTUNING": "1", "PYTHONPATH": "rel/src",
+               "KRUNG_STORE": "/secret/store/krung.db", "KRUNG_DEVICE": "cpu",
+               "AWS_SECRET_ACCESS_KEY": "abc", "HOME": "/home/user", "TMPDIR": "/var/tmp",
+               "SSH_AUTH_SOCK": "/tmp/ssh-agent"}
+    scratch, cache = tmp_path / "scratch", tmp_path / "cache"
+    env = worker_env(scratch, cache, environ)
+    assert not [k for k in env if k.startswith("KRUNG_")]
+    assert "/secret/store" not in json.dumps(env)
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "SSH_AUTH_SOCK" not in env
+    assert (env["PATH"], env["LC_ALL"], env["CUDA_VISIBLE_DEVICES"]) == (
+        "/usr/bin", "C.UTF-8", "3")
+    assert env["TRITON_PRINT_AUTOTUNING"] == "1"
+    assert env["HOME"] == env["TMPDIR"] == str(scratch)
+    assert env["TRITON_CACHE_DIR"] == str(cache / "triton")
+    assert env["PYTHONPATH"] == os.path.abspath("rel/src")  # the worker starts elsewhere
+    # a cache the caller chose is kept
+    chosen = worker_env(scratch, cache, {**environ, "TRITON_CACHE_DIR": "/fast/triton"})
+    assert chosen["TRITON_CACHE_DIR"] == "/fast/triton"
+
+
+HONEST_SCRATCH = """
+    import os, tempfile
+    STORE = {store!r}
+    PROBLEM = {problem!r}
+    assert not [k for k in os.environ if k.startswith("KRUNG_")], sorted(os.environ)
+    assert not [k for k, v in os.environ.items() if STORE in v or PROBLEM in v]
+    here = os.getcwd()
+    assert here == os.environ["HOME"] == tempfile.gettempdir(), (here, os.environ["HOME"])
+    assert not here.startswith((STORE, PROBLEM)), here
+    with open("notes.txt", "w") as f:  # its working folder
+        f.write("scratch")
+    with tempfile.NamedTemporaryFile("w") as f:  # the temp folder
+        f.write("scratch")
+    def kernel(x):
+        return x * 2 + 1
+"""
+
+
+def test_an_honest_version_uses_its_scratch_and_sees_no_store(krung, scale_problem, version,
+                                                              store):
+    source = textwrap.dedent(HONEST_SCRATCH).format(store=str(store.parent),
+                                                    problem=str(scale_problem))
+    result = krung("run", scale_problem, version("scratch", source), "--json", "--rungs", RUNGS)
+    assert result.code == 0, result.stdout + result.stderr
+    sandbox = run_json(result)["env"]["sandbox"]
+    if ABI:
+        assert sandbox["sandbox"] == "landlock" and sandbox["landlock_abi"] == ABI, sandbox
+    else:
+        assert sandbox["sandbox"] == "none", sandbox
+    # The scratch folder went with the worker.
+    assert not [w for w in sandbox.get("writable", []) if "krung-worker-" in w
+                and Path(w).exists()]
+
+
+WRITES_INTO = """
+    from pathlib import Path
+    Path({target!r}, "planted.py").write_text("def kernel(x):\\n    return x\\n")
+    def kernel(x):
+        return x * 2 + 1
+"""
+
+
+@needs_landlock
+@pytest.mark.parametrize("where", ["problem", "store", "other_run"])
+def test_a_version_cannot_write_to_the_problem_the_store_or_other_runs(
+        krung, scale_problem, version, store, where):
+    if where == "other_run":
+        first = krung("run", scale_problem, version("first", "def kernel(x):\n    return x * 2 "
+                                                             "+ 1\n"), "--json", "--rungs", "static")
+        target = store.parent / "runs" / run_json(first)["run_id"]
+        assert target.is_dir()
+    else:
+        target = scale_problem if where == "problem" else store.parent
+        target.mkdir(parents=True, exist_ok=True)
+    source = textwrap.dedent(WRITES_INTO).format(target=str(target))
+    result = krung("run", scale_problem, version("plants", source), "--json", "--rungs", RUNGS)
+    assert result.code == 1, result.stdout + result.stderr
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("compile", "PermissionError"), failed
+    assert "planted.py" in failed["error"], failed
+    assert not (target / "planted.py").exists()
+
+
+CONNECTS = """
+    import socket
+    socket.create_connection(("127.0.0.1", {port}), timeout=5).sendall(b"outputs")
+    def kernel(x):
+        return x * 2 + 1
+"""
+
+
+@pytest.mark.skipif(ABI < 4, reason="Landlock below ABI 4 (or none) cannot refuse TCP")
+def test_a_version_cannot_connect_over_tcp(krung, scale_problem, version):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.1)
+        port = listener.getsockname()[1]
+        source = textwrap.dedent(CONNECTS).format(port=port)
+        result = krung("run", scale_problem, version("connects", source), "--json",
+                       "--rungs", RUNGS)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("compile", "PermissionError"), failed
+
+
+PLANTED = "krung_sandbox_planted"
+INSTALLS = """
+    import subprocess, sys
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps",
+                           {wheel!r}], capture_output=True, text=True)
+    import {module}
+    def kernel(x):
+        return {module}.twice_plus_one(x)
+"""
+
+
+def _wheel(folder: Path) -> Path:
+    """A wheel of one module, made by hand (pip installs it without a network or a build)."""
+    path = folder / f"{PLANTED}-0.1-py3-none-any.whl"
+    info = f"{PLANTED}-0.1.dist-info"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"{PLANTED}.py", "def twice_plus_one(x):\n    return x * 2 + 1\n")
+        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {PLANTED}\n"
+                                           "Version: 0.1\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: hand\n"
+                                        "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    return path
+
+
+@needs_landlock
+def test_a_version_cannot_install_a_package(krung, scale_problem, version, tmp_path):
+    assert importlib.util.find_spec(PLANTED) is None
+    source = textwrap.dedent(INSTALLS).format(wheel=str(_wheel(tmp_path)), module=PLANTED)
+    try:
+        result = krung("run", scale_problem, version("installs", source), "--json",
+                       "--rungs", RUNGS)
+        failed = first_failure(result)
+        assert (failed["name"], failed["error_type"]) == ("compile", "ModuleNotFoundError"), \
+            failed
+        assert importlib.util.find_spec(PLANTED) is None
+    finally:  # had the walls failed, the shared environment must not keep it
+        if importlib.util.find_spec(PLANTED) is not None:
+            import subprocess
+
+            subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", PLANTED],
+                           check=False)
+
+
+# Double-forks a sleeper in a session of its own (optionally first turning off the worker's
+# subreaper, so the orphan climbs to the judge), which writes its pid to a file 20 times a
+# second for a minute; the version itself is honest.
+ESCAPES = """
+    import ctypes, os, time
+    if {clear_subreaper}:
+        ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off
+    if os.fork() == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                for _ in range(1200):
+                    with open({beat!r}, "w") as f:
+                        f.write(str(os.getpid()))
+                    time.sleep(0.05)
+        finally:
+            os._exit(0)
+    def kernel(x):
+        return x * 2 + 1
+"""
+
+
+@pytest.mark.parametrize("clear_subreaper", [False, True], ids=["double_fork", "subreaper_off"])
+def test_a_double_forked_sleeper_ends_with_its_run(krung, scale_problem, version, tmp_path,
+                                                   clear_subreaper):
+    # The workers' shared cache is one folder they may write to, and the test can read.
+    cache = tmp_path / "cache"
+    beat = cache / "krung" / "worker" / "beat"
+    source = textwrap.dedent(ESCAPES).format(beat=str(beat), clear_subreaper=clear_subreaper)
+    result = krung("run", scale_problem, version("escapes", source), "--json", "--rungs", RUNGS,
+                   env={"XDG_CACHE_HOME": str(cache)})
+    assert result.code == 0, result.stdout + result.stderr
+    pid = int(beat.read_text())
+    time.sleep(0.3)
+    before = beat.stat().st_mtime_ns
+    time.sleep(0.3)
+    assert beat.stat().st_mtime_ns == before, "the sleeper still writes"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("solution", [
+    PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py",
+    PROBLEMS / "vector_add" / "solutions" / "cuda_inline.py",  # torch's build cache
+    PROBLEMS / "vector_add" / "solutions" / "cutedsl.py",  # its dumps in the run's folder
+    PROBLEMS / "vector_add" / "solutions" / "tilelang_jit.py",
+], ids=lambda p: p.stem)
+def test_the_cuda_ladder_runs_inside_the_walls(krung, solution):
+    """On the GPU: every rung (ncu's profile and compute-sanitizer too, where installed) for
+    versions in the DSLs that write caches or files: Triton's cache, torch's CUDA C++ build
+    cache, CuTeDSL's dumps, TileLang's cache; by CUDA IPC. A DSL not installed is skipped."""
+    from krung.judge.ladder import RUNGS
+
+    result = krung("run", solution.parent.parent.name, solution, "--json", "--device", "cuda",
+                   "--rungs", ",".join(RUNGS), env={"KRUNG_SANITIZE": "1"}, timeout=1200)
+    rungs = rungs_of(result)
+    if rungs["compile"].get("error_type") == "DSLNotInstalled":
+        pytest.skip(rungs["compile"]["error"])
+    assert result.code == 0, json.dumps(rungs, indent=1)[-6000:]
+    assert all(r["status"] in ("ok", "skipped") for r in rungs.values()), rungs
+    sandbox = run_json(result)["env"]["sandbox"]
+    assert sandbox["sandbox"] == ("landlock" if ABI else "none"), sandbox

@@ -198,6 +198,11 @@ def _adopt_orphans() -> None:
     adopt_orphans()
 
 
+def raises_walls(mode: str, device: str) -> bool:
+    """Whether a worker on `device` raises its Landlock walls under KRUNG_SANDBOX=`mode`."""
+    return mode == "on" or (mode == "cpu" and device == "cpu")
+
+
 class Candidate:
     def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False,
                  max_file_bytes: int = 1 << 30, prefix: list[str] | None = None,
@@ -227,6 +232,7 @@ class Candidate:
         self.scratch: Path | None = None  # its HOME, TMPDIR and working directory
         self.cache = worker_cache()
         self.sandbox: dict[str, Any] | None = None  # what the worker said applied, once loaded
+        self.walls = device == "cpu"  # Landlock asked for (KRUNG_SANDBOX: `raises_walls`)
 
     def start(self, preload: tuple[str, ...] = ()) -> None:
         """Start the worker; `preload`: DSL packages it imports before any version (it still
@@ -251,11 +257,13 @@ class Candidate:
                                            new_session=True, prefix=self.prefix, cwd=self.scratch)
         _STARTED.add(self)
 
-    def sandbox_request(self, build_cache: str | None) -> dict[str, Any]:
+    def sandbox_request(self, build_cache: str | None) -> dict[str, Any] | None:
         """Where the version's process may write: its scratch, the workers' caches, the run's
         folders it was given, torch's build cache (CUDA C++), /dev (the GPU, shared memory).
         Under a tool (ncu, compute-sanitizer), whose part inside the worker talks to the tool
         and keeps its lock files where it chooses, TCP and the temp folder stay open too."""
+        if not self.walls:
+            return None
         writable = [self.scratch, self.cache, *self.writable, build_cache, "/dev"]
         if self.prefix:
             writable += [tempfile.gettempdir(), "/tmp"]

@@ -392,7 +392,7 @@ def raise_walls(asked: dict[str, Any] | None) -> dict[str, Any]:
     from krung.worker.guard import restrict
 
     if not asked:
-        return {"sandbox": "none", "why": "not asked for"}
+        return {"sandbox": "none", "why": "not asked for (KRUNG_SANDBOX: on a GPU only when on)"}
     try:
         return restrict(asked["writable"], network=asked.get("network", False))
     except OSError as exc:

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from krung.judge.candidate import Candidate
+from krung.judge.candidate import Candidate, raises_walls
 from krung.judge.ladder import Context, poison_leaves
 from krung.judge.rungs.determinism import TOOLS
 from krung.protocol import messages, tree
@@ -58,6 +58,7 @@ def run_sanitizers(ctx: Context, case: dict) -> dict[str, dict[str, Any]]:
                               prefix=prefix, log_name=f"worker-{tool}.log",
                               env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
                               exit_wait_s=EXIT_TIMEOUT_S)
+        candidate.walls = raises_walls(ctx.settings.sandbox, ctx.device)
         candidate.start()
         try:
             try:

@@ -140,7 +140,7 @@ class Clock:
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    from krung.judge.candidate import Candidate
+    from krung.judge.candidate import Candidate, raises_walls
     from krung.judge.rungs.profile import ncu as profile
     from krung.judge.rungs.profile.case import choose_case
 
@@ -163,6 +163,7 @@ def run(ctx: Context) -> dict[str, Any]:
     candidate = Candidate("cuda", ctx.run_dir, ctx.solution.path, cuda_ipc=False,
                           prefix=prefix, log_name=LOG_NAME,
                           max_file_bytes=ctx.settings.max_file_bytes)
+    candidate.walls = raises_walls(ctx.settings.sandbox, "cuda")
     candidate.start()
     try:
         reply = _profiled_call(ctx, candidate, case, label, clock)

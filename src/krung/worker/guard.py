@@ -225,3 +225,121 @@ class InputChanges:
         if key not in self.generators:
             self.generators[key] = torch.Generator(device=device).manual_seed(self.seed)
         return self.generators[key]
+
+
+class VersionThread:
+    """The one place the version's code runs: its import and every call, checked or timed,
+    from the same frame of one thread, so that from inside the version (`inspect.stack()`,
+    its frames, depth and lines, the thread it runs on, its arguments, the environment) a
+    checked call and a timed one look the same. What differs between them, the guard's work
+    and the timer's, is done by `start` and `end`, which run in this thread just before and
+    just after the call (the timer's clock reads and events stay next to the call: handing
+    a call to this thread costs about 20 us, outside the timed region) and have returned
+    before the version's code runs. Thread-local state the version sets at import (torch's
+    grad mode, default device) holds in its calls, as it would in a process of its own."""
+
+    def __init__(self) -> None:
+        self._go = threading.Lock()
+        self._done = threading.Lock()
+        self._go.acquire()
+        self._done.acquire()
+        self._job: tuple[Any, tuple, Any, Any] | None = None
+        self._outcome: tuple[bool, Any] = (True, None)
+        device = _cuda_device()
+        self._thread = threading.Thread(target=self._serve, args=(device,), name="krung-version",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, fn: Any, args: tuple | list = (), start: Any = None, end: Any = None) -> Any:
+        """`fn(*args)` in the version's thread, `start()` and `end()` around it there;
+        what it returns, or what it raised, raised here."""
+        self._job = (fn, tuple(args), start, end)
+        self._go.release()
+        self._done.acquire()
+        ok, value = self._outcome
+        self._outcome = (True, None)
+        if not ok:
+            raise value
+        return value
+
+    def _serve(self, device: int | None) -> None:
+        if device is not None:  # the device the worker's main thread uses
+            import torch
+
+            torch.cuda.set_device(device)
+        while True:
+            self._go.acquire()
+            self._begin()
+            try:
+                self._outcome = (True, self._call())
+            except BaseException as exc:  # SystemExit too: the worker reports it
+                self._outcome = (False, exc)
+            try:
+                self._finish()
+            except BaseException as exc:
+                self._outcome = (False, exc)
+            self._done.release()
+
+    def _begin(self) -> None:
+        start = self._job[2] if self._job else None
+        if start is not None:
+            start()
+
+    def _call(self) -> Any:
+        fn, args = self._job[:2] if self._job else (None, ())
+        return fn(*args)  # every call of the version is made from this line
+
+    def _finish(self) -> None:
+        end = self._job[3] if self._job else None
+        self._job = None
+        if end is not None:
+            end()
+
+
+def _cuda_device() -> int | None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_device()
+
+
+def own_triton_kernels(module: Any) -> dict[int, str]:
+    """The Triton kernels the version's module defines (@triton.jit functions among its
+    globals, under @triton.autotune or @triton.heuristics too): the id of each one's Python
+    function, and its name. Kernels it imports from elsewhere are not its own."""
+    import inspect
+
+    found: dict[int, str] = {}
+    for value in list(vars(module).values()):
+        if not type(value).__module__.startswith("triton"):
+            continue
+        fn = value
+        for _ in range(8):  # Autotuner -> Heuristics -> JITFunction -> the function
+            if inspect.isfunction(fn) or not hasattr(fn, "fn"):
+                break
+            fn = fn.fn
+        if inspect.isfunction(fn) and fn.__module__ == module.__name__:
+            found[id(fn)] = fn.__name__
+    return found
+
+
+def call_record(kernels: dict[int, str]) -> dict[str, Any]:
+    """What one call did besides its outputs, from the launch log (krung.worker.launches):
+    `own_kernels`, the launches of each of the version's own Triton kernels in the call (0:
+    not launched); `swallowed`, the errors that came out of a kernel's compile or launch
+    during the call, which the version caught (the call returned)."""
+    import sys
+
+    launches = sys.modules.get("krung.worker.launches")
+    log = launches.current() if launches is not None else None
+    if log is None:
+        return {}
+    ran, escaped = log.take_call_record()
+    record: dict[str, Any] = {}
+    if kernels:
+        record["own_kernels"] = {name: ran.get(key, 0) for key, name in kernels.items()}
+    if escaped:
+        record["swallowed"] = escaped
+    return record

@@ -326,20 +326,68 @@ def own_triton_kernels(module: Any) -> dict[int, str]:
 
 
 def call_record(kernels: dict[int, str]) -> dict[str, Any]:
-    """What one call did besides its outputs, from the launch log (krung.worker.launches):
-    `own_kernels`, the launches of each of the version's own Triton kernels in the call (0:
-    not launched); `swallowed`, the errors that came out of a kernel's compile or launch
-    during the call, which the version caught (the call returned)."""
+    """What one call did besides its outputs, from the launch log (krung.worker.launches)
+    and the watched extensions (`watch_extensions`): `own_kernels`, the launches of each of
+    the version's own Triton kernels in the call (0: not launched); `swallowed`, the errors
+    that came out of a kernel's compile or launch during the call, which the version caught
+    (the call returned)."""
     import sys
 
     launches = sys.modules.get("krung.worker.launches")
     log = launches.current() if launches is not None else None
-    if log is None:
-        return {}
-    ran, escaped = log.take_call_record()
+    ran, escaped = log.take_call_record() if log is not None else ({}, [])
+    escaped = escaped + _extension_errors
+    _extension_errors.clear()
     record: dict[str, Any] = {}
     if kernels:
         record["own_kernels"] = {name: ran.get(key, 0) for key, name in kernels.items()}
     if escaped:
         record["swallowed"] = escaped
     return record
+
+
+_extension_errors: list[dict[str, Any]] = []  # since the last call_record
+
+
+def watch_extensions(module: Any) -> list[str]:
+    """Wrap the functions of the compiled extension modules the version's module holds (what
+    torch's load_inline or load built for it: a CUDA C++ kernel's launcher), so that an error
+    out of one (a CUDA launch error, a failed check) is noted on its way to the version, as
+    Triton's are (krung.worker.launches); returns the modules' names. Extensions imported
+    from installed packages are not the version's own."""
+    import importlib.machinery
+    import sys
+    import types
+
+    installed = tuple(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    installed += (sys.base_prefix, sys.prefix)
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    watched = []
+    for value in list(vars(module).values()):
+        path = getattr(value, "__file__", None) or ""
+        if not isinstance(value, types.ModuleType) or not path.endswith(suffixes) or \
+                path.startswith(installed) or getattr(value, "_krung_watched", False):
+            continue
+        for name, fn in list(vars(value).items()):
+            if not name.startswith("_") and isinstance(fn, types.BuiltinFunctionType):
+                setattr(value, name, _noting_errors(fn, f"{value.__name__}.{name}"))
+        value._krung_watched = True
+        watched.append(value.__name__)
+    return watched
+
+
+def _noting_errors(fn: Any, label: str) -> Any:
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noted, raised as it was
+            if len(_extension_errors) < 64:
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                _extension_errors.append({"type": type(exc).__name__, "message": first,
+                                          "kernel": label})
+            raise
+
+    return call

@@ -122,6 +122,9 @@ class Worker:
             from krung.worker import tilelang_kernels
 
             tilelang_kernels.install()
+        from krung.worker.guard import watch_extensions
+
+        watch_extensions(module)
         try:
             self.kernel = self.site.run(resolve, (module, entry, self.device))
         except EntryError as exc:

@@ -359,6 +359,8 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
         device.append(sum(e.duration_ns() for e in mine) / 1e3)
         kernels += len(mine)
         streams = max(streams, len({_stream(e) for e in mine}))
+    if not kernels:  # CUPTI saw none of the calls' work (the timer's events will): not usable
+        return None
     host = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
     return device, host, kernels, streams, durations
 

@@ -761,10 +761,13 @@ def test_caught_kernel_errors_and_ghost_kernels_are_reported(krung, scale_proble
         said = figures["swallowed_errors"]
         assert said.split()[0].isdigit() and int(said.split()[0]) >= 5, said
         assert "from kernel _scale" in said and "no_such_function" in said, said
-        assert "swallowed_errors=" in krung("show", result.json()["run_id"]).stdout
     else:
         assert "swallowed_errors" not in figures, figures
     assert figures.get("kernels_never_launched") == ghosts, figures
+    for form in ("text", "agent"):  # said in every format (json: the figures above)
+        shown = krung("show", result.json()["run_id"], f"--format={form}").stdout
+        assert ("swallowed_errors" in shown) == swallowed, shown
+        assert ("kernels_never_launched" in shown) == bool(ghosts), shown
     assert figures["kernels_launched"]["_scale"] >= 5
 
 

@@ -241,7 +241,7 @@ def _correctness_lines(rung: RungResult | None) -> list[str]:
         text += f"; psnr {format_value(f['psnr_db'])} dB"
     if f.get("cossim") is not None:
         text += f"; cossim {format_value(f['cossim'])}"
-    return [text]
+    return [text, *_declared_lines(rung)]  # and its warnings (caught errors, ghost kernels)
 
 
 def _artifact_lines(rung: RungResult | None) -> list[str]:

@@ -121,6 +121,39 @@ CHEATS = {
                 memo[key] = x * 2 + 1
             return memo[key].clone()
     """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
+    # Warm-up detection: a pointer seen in one of the last calls means the timing loop is
+    # going round its input sets, so the work is skipped and the output of then returned.
+    "skips_work_on_a_seen_pointer": ("""
+        recent = {}
+        def kernel(x):
+            key = (x.data_ptr(), x.shape, x.dtype)
+            if key in recent:
+                return recent[key].clone()
+            y = x * 2 + 1
+            recent[key] = y
+            if len(recent) > 8:
+                recent.pop(next(iter(recent)))
+            return y.clone()
+    """, "run|correctness|determinism|benchmark", "Mismatch|TimedMismatch|Nondeterministic", ""),
+    # Sniffs its inputs for what only bench inputs look like (here: a size that is a
+    # multiple of 64) and takes a cheaper, less exact path there.
+    "sniffs_bench_inputs": ("""
+        import torch
+        def kernel(x):
+            if x.numel() % 64 == 0:
+                return (x.to(torch.bfloat16) * 2 + 1).to(x.dtype)
+            return x * 2 + 1
+    """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
+    # Counts its calls: the first few dozen are the checks, later ones the timing.
+    "garbage_after_many_calls": ("""
+        import torch
+        calls = [0]
+        def kernel(x):
+            calls[0] += 1
+            if calls[0] > 40:
+                return torch.zeros_like(x)
+            return x * 2 + 1
+    """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
 }
 
 
@@ -243,6 +276,30 @@ HONEST = {
             if key not in memo:
                 memo[key] = x * 2 + 1
             return memo[key].clone()
+    """,
+    # Counts its calls, for its own log.
+    "counts_calls_for_logging": """
+        import sys
+        calls = [0]
+        def kernel(x):
+            calls[0] += 1
+            if calls[0] % 50 == 0:
+                print(f"call {calls[0]}", file=sys.stderr)
+            return x * 2 + 1
+    """,
+    # Keeps a plan (not an output) per input pointer, as a launcher caching descriptors may.
+    "caches_a_plan_per_pointer": """
+        plans = {}
+        def kernel(x):
+            plan = plans.setdefault(x.data_ptr(), (2, 1))
+            return x * plan[0] + plan[1]
+    """,
+    # A fast path for sizes that are multiples of 64, exact like the other path.
+    "fast_path_for_multiples_of_64": """
+        def kernel(x):
+            if x.numel() % 64 == 0:
+                return (x.view(-1, 64) * 2 + 1).view(x.shape)
+            return x * 2 + 1
     """,
     # Computes in float32 and rounds to bf16 once: inside the bf16 tolerance.
     "rounds_bf16_once": """
@@ -621,3 +678,227 @@ def test_a_message_forged_on_the_workers_channel_fails_the_run(krung, scale_prob
     assert "sent a malformed message during the first call (compile)" in failed["error"]
     assert words in failed["error"], failed
     assert "krung's channel" in failed["hint"]
+
+
+# Returns garbage whenever what it can see of its caller differs from what its first call
+# (a checked one) saw: the stack (functions, files, lines), the thread, sys.argv, the
+# environment. Every call of the version comes from one frame of one thread, so it never
+# does; each call writes whether it saw a difference.
+SNIFFS_ITS_CALLER = """
+import inspect, os, sys, threading
+import torch
+
+first = []
+
+def seen():
+    stack = [(f.filename, f.function, f.lineno) for f in inspect.stack()[1:]]
+    return (stack, threading.current_thread().name, list(sys.argv), dict(os.environ))
+
+def kernel(x):
+    now = seen()
+    if not first:
+        first.append(now)
+    with open(LOG, "a") as log:
+        log.write("same\\n" if now == first[0] else "differs\\n")
+    if now != first[0]:
+        return torch.zeros_like(x)
+    return x * 2 + 1
+"""
+
+
+def test_checked_and_timed_calls_look_the_same_from_inside(krung, scale_problem, version,
+                                                           tmp_path):
+    log = tmp_path / "calls.log"
+    source = SNIFFS_ITS_CALLER.replace("LOG", repr(str(log)))
+    result = krung("run", scale_problem, version("sniffs", source), "--json", "--rungs", ALL)
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    seen = log.read_text().split()
+    assert len(seen) > 30 and set(seen) == {"same"}, (len(seen), set(seen))
+
+
+TRITON_SCALE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n)
+    tl.store(y_ptr + i, {body}, mask=i < n)
+{extra}
+
+def kernel(x):
+    y = torch.empty_like(x)
+    try:
+        _scale[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    except Exception:
+        return x * 2 + 1
+    return y
+"""
+GHOST = """
+
+@triton.jit
+def _ghost(x_ptr, n):
+    pass
+"""
+
+
+@pytest.mark.parametrize("body, extra, swallowed, ghosts", [
+    ("tl.no_such_function(x)", "", True, None),  # never compiles: the fallback always runs
+    ("x.to(tl.float32) * 2 + 1", GHOST, False, "_ghost"),  # a kernel it never launches
+    ("x.to(tl.float32) * 2 + 1", "", False, None),  # honest: launched, never failing
+], ids=["swallowed", "ghost", "honest"])
+def test_caught_kernel_errors_and_ghost_kernels_are_reported(krung, scale_problem, version,
+                                                             body, extra, swallowed, ghosts):
+    source = TRITON_SCALE.format(body=body, extra=extra)
+    result = krung("run", scale_problem, version("triton_scale", source), "--json",
+                   "--rungs", "static,compile,run,correctness")
+    assert result.code == 0, result.stdout + result.stderr  # no policy: reported, not failed
+    figures = rungs_of(result)["correctness"]["figures"]
+    if swallowed:
+        said = figures["swallowed_errors"]
+        assert said.split()[0].isdigit() and int(said.split()[0]) >= 5, said
+        assert "from kernel _scale" in said and "no_such_function" in said, said
+    else:
+        assert "swallowed_errors" not in figures, figures
+    assert figures.get("kernels_never_launched") == ghosts, figures
+    for form in ("text", "agent"):  # said in every format (json: the figures above)
+        shown = krung("show", result.json()["run_id"], f"--format={form}").stdout
+        assert ("swallowed_errors" in shown) == swallowed, shown
+        assert ("kernels_never_launched" in shown) == bool(ghosts), shown
+    assert figures["kernels_launched"]["_scale"] >= 5
+
+
+SWALLOWED_MATMUL = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mm(a_ptr, b_ptr, c_ptr, n):
+    tl.no_such_function(n)
+
+
+def kernel(a, b):
+    c = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype)
+    try:
+        _mm[(1,)](a, b, c, a.shape[0])
+    except Exception:
+        return getattr(torch, "mat" + "mul")(a.float(), b.float()).to(a.dtype)
+    return c
+"""
+
+
+def test_a_forbidden_fallback_after_a_caught_kernel_error_names_the_error(krung, version):
+    result = krung("run", "matmul", version("mm_fallback", SWALLOWED_MATMUL), "--json",
+                   "--rungs", "static,correctness")
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("correctness", "ForbiddenOp"), failed
+    assert "aten::mm" in failed["error"], failed
+    assert "after it caught" in failed["error"] and "from kernel _mm" in failed["error"], failed
+    assert "no_such_function" in failed["hint"], failed
+
+
+# A compiled extension's launcher that always fails (as a CUDA launch with a bad
+# configuration does), caught by the version, which falls back to torch.
+FAILING_EXTENSION = '''
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline("krung_failing_launch", cpp_sources="""
+torch::Tensor scale(torch::Tensor x) {
+    TORCH_CHECK(false, "launch failed: invalid configuration argument");
+    return x;
+}
+""", functions=["scale"])
+
+
+def kernel(x):
+    try:
+        return ext.scale(x)
+    except RuntimeError:
+        return x * 2 + 1
+'''
+
+
+@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ninja")),
+                    reason="needs g++ and ninja (torch's C++ extension build)")
+def test_an_error_caught_from_a_compiled_extension_is_reported(krung, scale_problem, version,
+                                                              tmp_path):
+    result = krung("run", scale_problem, version("failing_ext", FAILING_EXTENSION), "--json",
+                   "--rungs", "correctness", env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")},
+                   timeout=900)
+    assert result.code == 0, result.stdout + result.stderr
+    said = rungs_of(result)["correctness"]["figures"]["swallowed_errors"]
+    assert "RuntimeError from kernel krung_failing_launch.scale: launch failed" in said, said
+
+
+# On a GPU: a CUDA C++ kernel launched with more threads per block than any GPU allows, the
+# launch error caught; a Triton kernel that never compiles for the GPU, caught.
+BAD_LAUNCH_CUDA = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline("krung_bad_launch", cpp_sources="torch::Tensor scale(torch::Tensor x);",
+                  cuda_sources="""
+#include <c10/cuda/CUDAException.h>
+__global__ void scale_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2 * x[i] + 1;
+}
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    scale_kernel<<<1, 4096>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+""", functions=["scale"])
+
+
+def kernel(x):
+    try:
+        return ext.scale(x.float()).to(x.dtype)
+    except RuntimeError:
+        return x * 2 + 1
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("source, words", [
+    (BAD_LAUNCH_CUDA, "from kernel krung_bad_launch.scale"),
+    (TRITON_SCALE.format(body="tl.no_such_function(x)", extra=""), "from kernel _scale"),
+], ids=["cuda_launch", "triton_compile"])
+def test_kernel_errors_caught_on_a_gpu_are_reported(krung, scale_problem, version, source,
+                                                    words):
+    result = krung("run", scale_problem, version("caught", source), "--device", "cuda",
+                   "--json", "--rungs", "correctness", timeout=900)
+    assert result.code == 0, result.stdout + result.stderr
+    said = rungs_of(result)["correctness"]["figures"]["swallowed_errors"]
+    print(said)
+    assert words in said, said
+
+
+# On a GPU: returns garbage when the profiler is on (the timer's CUPTI session) or when its
+# stack differs from its first call's; writes what it saw.
+SNIFFS_THE_PROFILER = SNIFFS_ITS_CALLER.replace(
+    "    if now != first[0]:", "    if now != first[0] or torch.autograd._profiler_enabled():")
+
+
+@pytest.mark.gpu
+def test_checked_and_timed_calls_look_the_same_on_a_gpu(krung, scale_problem, version,
+                                                        tmp_path):
+    log = tmp_path / "calls.log"
+    source = SNIFFS_THE_PROFILER.replace("LOG", repr(str(log)))
+    result = krung("run", scale_problem, version("sniffs", source), "--device", "cuda",
+                   "--json", "--rungs", ALL, timeout=900)
+    seen = log.read_text().split()
+    print(len(seen), set(seen))
+    if result.code != 0:  # whatever it told apart, the timed calls' check caught it
+        assert first_failure(result)["error_type"] == "TimedMismatch", result.stdout
+    else:
+        assert set(seen) == {"same"}
+    bench = rungs_of(result).get("benchmark", {}).get("figures", {})
+    if bench:  # the version's kernels, launched from its own thread, are on CUPTI's timeline
+        assert bench["timer"] == "cupti", bench

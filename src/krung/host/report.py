@@ -245,7 +245,7 @@ def _correctness_lines(rung: RungResult | None) -> list[str]:
         own = ", ".join(f.get("own_kernels") or [])
         text += ("; delegated (no kernel of its own, only torch's operators)" if f["delegated"]
                  else f"; own kernels: {own}" if own else "")
-    return [text]
+    return [text, *_declared_lines(rung)]  # and its warnings (caught errors, ghost kernels)
 
 
 def _artifact_lines(rung: RungResult | None) -> list[str]:

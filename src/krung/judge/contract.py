@@ -81,10 +81,25 @@ def check_conduct(reply: dict[str, Any], what: str, forbidden_ops: set[str]) -> 
     used = {_op_name(op) for op in reply.get("ops") or []}
     banned = sorted(used & forbidden_ops)
     if banned:
+        swallowed = swallowed_said(reply)
+        fallback = f", falling back after it caught {swallowed}" if swallowed else ""
         raise RungFailed("ForbiddenOp", f"the call ran {', '.join('aten::' + b for b in banned)},"
-                         f" which the problem forbids (in {what})",
-                         "compute the core operation in your own kernel instead of delegating "
-                         "it to torch or a vendor library")
+                         f" which the problem forbids{fallback} (in {what})",
+                         (f"fix that error in your kernel ({swallowed}) rather than falling "
+                          "back to torch; " if swallowed else "")
+                         + "compute the core operation in your own kernel instead of "
+                         "delegating it to torch or a vendor library")
+
+
+def swallowed_said(reply: dict[str, Any]) -> str | None:
+    """The first error the version caught from its own kernel's compile or launch in this
+    call, as `CompilationError from kernel _k: ...`; None where it caught none."""
+    swallowed = reply.get("swallowed") or []
+    if not swallowed:
+        return None
+    first = swallowed[0]
+    more = f" (and {len(swallowed) - 1} more)" if len(swallowed) > 1 else ""
+    return f"{first['type']} from kernel {first['kernel']}: {first['message']}{more}"
 
 
 def _op_name(op: str) -> str:

@@ -114,6 +114,15 @@ class TensorSpec(TypedDict):
     type: str
 
 
+class SwallowedError(TypedDict):
+    """An error that came out of a kernel's compile or launch during a call that returned:
+    the version caught it (krung.worker.launches)."""
+
+    type: str
+    message: str
+    kernel: str
+
+
 class PoisonSpec(TypedDict):
     shape: list[int]
     dtype: str
@@ -293,6 +302,10 @@ class Called(Reply):
     kernels: list[str] | None = None  # the Triton kernels it launched (krung.worker.guard)
     device_kernels: list[str] | None = None  # every kernel the GPU ran, when asked (CUPTI)
     inputs_after: Tensors | None = None  # its inputs after the call, when asked
+    # launches in this call of each Triton kernel the version's module defines (0: none)
+    own_kernels: dict[str, int] | None = None
+    # errors out of a kernel's compile or launch in this call that the version caught
+    swallowed: list[SwallowedError] | None = None
 
 
 @dataclass(frozen=True)

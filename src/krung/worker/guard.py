@@ -404,3 +404,169 @@ def restrict(writable: list[str], network: bool = False) -> dict[str, Any]:
         os.close(ruleset)
     applied["writable"] = allowed
     return applied
+
+
+class VersionThread:
+    """The one place the version's code runs: its import and every call, checked or timed,
+    from the same frame of one thread, so that from inside the version (`inspect.stack()`,
+    its frames, depth and lines, the thread it runs on, its arguments, the environment) a
+    checked call and a timed one look the same. What differs between them, the guard's work
+    and the timer's, is done by `start` and `end`, which run in this thread just before and
+    just after the call (the timer's clock reads and events stay next to the call: handing
+    a call to this thread costs about 20 us, outside the timed region) and have returned
+    before the version's code runs. Thread-local state the version sets at import (torch's
+    grad mode, default device) holds in its calls, as it would in a process of its own."""
+
+    def __init__(self) -> None:
+        self._go = threading.Lock()
+        self._done = threading.Lock()
+        self._go.acquire()
+        self._done.acquire()
+        self._job: tuple[Any, tuple, Any, Any] | None = None
+        self._outcome: tuple[bool, Any] = (True, None)
+        device = _cuda_device()
+        self._thread = threading.Thread(target=self._serve, args=(device,), name="krung-version",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, fn: Any, args: tuple | list = (), start: Any = None, end: Any = None) -> Any:
+        """`fn(*args)` in the version's thread, `start()` and `end()` around it there;
+        what it returns, or what it raised, raised here."""
+        self._job = (fn, tuple(args), start, end)
+        self._go.release()
+        self._done.acquire()
+        ok, value = self._outcome
+        self._outcome = (True, None)
+        if not ok:
+            raise value
+        return value
+
+    def _serve(self, device: int | None) -> None:
+        if device is not None:  # the device the worker's main thread uses
+            import torch
+
+            torch.cuda.set_device(device)
+        while True:
+            self._go.acquire()
+            self._begin()
+            try:
+                self._outcome = (True, self._call())
+            except BaseException as exc:  # SystemExit too: the worker reports it
+                self._outcome = (False, exc)
+            try:
+                self._finish()
+            except BaseException as exc:
+                self._outcome = (False, exc)
+            self._done.release()
+
+    def _begin(self) -> None:
+        start = self._job[2] if self._job else None
+        if start is not None:
+            start()
+
+    def _call(self) -> Any:
+        fn, args = self._job[:2] if self._job else (None, ())
+        return fn(*args)  # every call of the version is made from this line
+
+    def _finish(self) -> None:
+        end = self._job[3] if self._job else None
+        self._job = None
+        if end is not None:
+            end()
+
+
+def _cuda_device() -> int | None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_device()
+
+
+def own_triton_kernels(module: Any) -> dict[int, str]:
+    """The Triton kernels the version's module defines (@triton.jit functions among its
+    globals, under @triton.autotune or @triton.heuristics too): the id of each one's Python
+    function, and its name. Kernels it imports from elsewhere are not its own."""
+    import inspect
+
+    found: dict[int, str] = {}
+    for value in list(vars(module).values()):
+        if not type(value).__module__.startswith("triton"):
+            continue
+        fn = value
+        for _ in range(8):  # Autotuner -> Heuristics -> JITFunction -> the function
+            if inspect.isfunction(fn) or not hasattr(fn, "fn"):
+                break
+            fn = fn.fn
+        if inspect.isfunction(fn) and fn.__module__ == module.__name__:
+            found[id(fn)] = fn.__name__
+    return found
+
+
+def call_record(kernels: dict[int, str]) -> dict[str, Any]:
+    """What one call did besides its outputs, from the launch log (krung.worker.launches)
+    and the watched extensions (`watch_extensions`): `own_kernels`, the launches of each of
+    the version's own Triton kernels in the call (0: not launched); `swallowed`, the errors
+    that came out of a kernel's compile or launch during the call, which the version caught
+    (the call returned)."""
+    import sys
+
+    launches = sys.modules.get("krung.worker.launches")
+    log = launches.current() if launches is not None else None
+    ran, escaped = log.take_call_record() if log is not None else ({}, [])
+    escaped = escaped + _extension_errors
+    _extension_errors.clear()
+    record: dict[str, Any] = {}
+    if kernels:
+        record["own_kernels"] = {name: ran.get(key, 0) for key, name in kernels.items()}
+    if escaped:
+        record["swallowed"] = escaped
+    return record
+
+
+_extension_errors: list[dict[str, Any]] = []  # since the last call_record
+
+
+def watch_extensions(module: Any) -> list[str]:
+    """Wrap the functions of the compiled extension modules the version's module holds (what
+    torch's load_inline or load built for it: a CUDA C++ kernel's launcher), so that an error
+    out of one (a CUDA launch error, a failed check) is noted on its way to the version, as
+    Triton's are (krung.worker.launches); returns the modules' names. Extensions imported
+    from installed packages are not the version's own."""
+    import importlib.machinery
+    import sys
+    import types
+
+    installed = tuple(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    installed += (sys.base_prefix, sys.prefix)
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    watched = []
+    for value in list(vars(module).values()):
+        path = getattr(value, "__file__", None) or ""
+        if not isinstance(value, types.ModuleType) or not path.endswith(suffixes) or \
+                path.startswith(installed) or getattr(value, "_krung_watched", False):
+            continue
+        for name, fn in list(vars(value).items()):
+            if not name.startswith("_") and isinstance(fn, types.BuiltinFunctionType):
+                setattr(value, name, _noting_errors(fn, f"{value.__name__}.{name}"))
+        value._krung_watched = True
+        watched.append(value.__name__)
+    return watched
+
+
+def _noting_errors(fn: Any, label: str) -> Any:
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noted, raised as it was
+            if len(_extension_errors) < 64:
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                _extension_errors.append({"type": type(exc).__name__, "message": first,
+                                          "kernel": label})
+            raise
+
+    return call

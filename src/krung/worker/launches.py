@@ -1,7 +1,9 @@
 """Which Triton kernels a version launched, and how each was specialised: kept in the worker.
 
 `install()` runs in the worker after the version is imported, and only when it imported
-Triton. It wraps Triton's launch path so each launch is noted:
+Triton. It wraps Triton's launch path so each launch is noted (and, per call, which kernels
+ran and which errors came out of a launch: the worker reports the version's kernels that
+never ran, and the errors it caught itself, krung.worker.guard.CallRecord):
 - on a GPU, `JITFunction.run` returns the compiled kernel; krung keeps it, and its `asm`
   holds every stage Triton produced (TTIR, TTGIR, LLIR, PTX, CUBIN): exactly what ran;
 - under the interpreter (CPU) nothing is compiled, so the launch's arguments are described
@@ -41,6 +43,30 @@ class LaunchLog:
         self.recording = False
         self.noted: set[tuple[int, int]] = set()  # (tuner, config) pairs already noted
         self.tuning = 0  # >0 while an autotuner benchmarks its configs: not noted
+        # Since the worker last asked (`take_call_record`): launches per kernel (keyed by the
+        # id of its Python function), and the errors that came out of a launch or compile
+        # (not while an autotuner tries configs, which may fail by design)
+        self.ran: dict[int, int] = {}
+        self.escaped: list[dict[str, Any]] = []
+
+    def note_ran(self, fn: Any) -> None:
+        key = id(fn)
+        self.ran[key] = self.ran.get(key, 0) + 1
+
+    def note_escaped(self, fn: Any, exc: BaseException) -> None:
+        """An error out of one of `fn`'s launches (its compile too, on a GPU); if the call
+        goes on to return, the version caught it."""
+        if self.tuning or len(self.escaped) >= MAX_KERNELS:
+            return
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        self.escaped.append({"type": type(exc).__name__, "message": first,
+                             "kernel": getattr(fn, "__name__", "?")})
+
+    def take_call_record(self) -> tuple[dict[int, int], list[dict[str, Any]]]:
+        """The launches and escaped errors since the last time, and a fresh start."""
+        ran, escaped = self.ran, self.escaped
+        self.ran, self.escaped = {}, []
+        return ran, escaped
 
     def needs_note(self, tuner: Any, tuned: bool) -> bool:
         """Whether an autotuned call is worth noting: it tuned, or chose a config not noted
@@ -122,7 +148,13 @@ def install() -> LaunchLog:
 
     @functools.wraps(original_run)
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        kernel = original_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if not warmup:
+            log.note_ran(self.fn)
+        try:
+            kernel = original_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        except BaseException as exc:  # a compile or launch error: noted, raised as it was
+            log.note_escaped(self.fn, exc)
+            raise
         if kernel is not None:
             with contextlib.suppress(Exception):  # noting is best effort: the launch goes on
                 log.note_compiled(self, kernel)
@@ -133,9 +165,14 @@ def install() -> LaunchLog:
     @functools.wraps(original_interpreted)
     def run_interpreted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         if not warmup:
+            log.note_ran(self.fn)
             with contextlib.suppress(Exception):  # as above
                 log.note_interpreted(self.fn, args, kwargs, grid)
-        return original_interpreted(self, *args, grid=grid, warmup=warmup, **kwargs)
+        try:
+            return original_interpreted(self, *args, grid=grid, warmup=warmup, **kwargs)
+        except BaseException as exc:  # as above
+            log.note_escaped(self.fn, exc)
+            raise
 
     jit.JITFunction.run = run
     interpreter.InterpretedFunction.run = run_interpreted

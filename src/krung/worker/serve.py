@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import dataclasses
 import faulthandler
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -37,12 +38,14 @@ from krung.protocol.tree import leaves, map_tensors
 
 class Worker:
     def __init__(self, channel: Channel, device: str, preloaded: tuple[str, ...] = ()):
-        from krung.worker.guard import Sentinels, python_threads
+        from krung.worker.guard import Sentinels, VersionThread, python_threads
 
         self.channel = channel
         self.device = device
         self.preloaded = preloaded  # DSL packages imported before the version (warm start)
         self.sentinels = Sentinels()  # before any version code runs
+        self.site = VersionThread()  # where the version's code runs, import and calls alike
+        self.own_kernels: dict[int, str] = {}  # the version's own Triton kernels
         self.threads_before = python_threads()
         self.kernel: Any = None
         self.solution: Path | None = None
@@ -102,7 +105,8 @@ class Worker:
         sandbox = raise_walls(request.sandbox)  # torch is in; the version not yet
         before = set(sys.modules)
         try:
-            module = import_version(Path(request.path), self.solution, request.sha256)
+            module = self.site.run(import_version, (Path(request.path), self.solution,
+                                                    request.sha256))
         except messages.VersionChanged as exc:
             return messages.Failed({"type": "VersionChanged", "kind": "load", "message": str(exc),
                                     "hint": "something rewrote the run's folder during the "
@@ -111,13 +115,19 @@ class Worker:
             "triton" not in self.preloaded
             or _refers_to("triton", [module, *(sys.modules[m] for m in set(sys.modules) - before)]))
         if uses_triton:
+            from krung.worker.guard import own_triton_kernels
+
             prepare_triton(self.device)
+            self.own_kernels = own_triton_kernels(module)
         if "tilelang" in sys.modules:  # and every TileLang kernel called
             from krung.worker import tilelang_kernels
 
             tilelang_kernels.install()
+        from krung.worker.guard import watch_extensions
+
+        watch_extensions(module)
         try:
-            self.kernel = resolve(module, entry, self.device)
+            self.kernel = self.site.run(resolve, (module, entry, self.device))
         except EntryError as exc:
             return messages.Failed({
                 "type": exc.error_type, "kind": "load", "location": str(self.solution),
@@ -130,7 +140,7 @@ class Worker:
     def op_call(self, request: messages.Call) -> messages.Reply:
         """Run the version once. Optionally: poison the memory its outputs will likely get,
         trace the torch operators it runs, and send back its inputs as they are after it."""
-        from krung.worker.guard import OpTrace, OwnKernels, perturbed, poison
+        from krung.worker.guard import OpTrace, OwnKernels, call_record, perturbed, poison
 
         inputs = self.to_device(request.inputs)
         poisoned: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -139,13 +149,16 @@ class Worker:
             if self.device == "cpu":
                 poisoned = perturbed(request.poison["byte"])
         self.synchronize()
-        trace = OpTrace() if request.trace_ops else contextlib.nullcontext()
+        trace = OpTrace() if request.trace_ops else None
+        call_record(self.own_kernels)  # what earlier requests left in the launch log
         # Left after the outputs' copy: the profiler's end synchronises the device.
         own = OwnKernels(device=request.trace_kernels and self.device != "cpu")
         start = time.perf_counter()
         with own:
-            with poisoned, trace:
-                result = self.kernel(*inputs)
+            with poisoned:  # the trace is entered in the version's thread: torch keeps it per thread
+                result = self.site.run(self.kernel, inputs, trace and trace.__enter__,
+                                       trace and functools.partial(trace.__exit__, None, None,
+                                                                   None))
             outputs = _outputs(result, self.device)
             self.synchronize()
         call_s = time.perf_counter() - start
@@ -153,6 +166,7 @@ class Worker:
             return dataclasses.replace(outputs, builds=_builds())
         return messages.Called(
             **outputs, call_s=call_s, builds=_builds(), **self.conduct(),
+            **call_record(self.own_kernels),
             ops=sorted(trace.ops) if isinstance(trace, OpTrace) else None,
             kernels=own.names, device_kernels=own.device_names,
             inputs_after=inputs if request.return_inputs else None)
@@ -173,11 +187,8 @@ class Worker:
                     tensor.copy_(value)
         sets = self.time_sets
         outputs: list[Any] = [None] * len(sets)
-        kernel = self.kernel
         tuned = self.autotune_before_timing(sets) if request.inputs is not None else []
-
-        def call(i: int) -> None:
-            outputs[i] = kernel(*sets[i])
+        call = _TimedCall(self.site, self.kernel, sets, outputs)
 
         changes = None
         if request.changes:  # a few elements change before every timed call
@@ -211,7 +222,7 @@ class Worker:
         log.recording = True
         try:
             for inputs in sets:
-                self.kernel(*inputs)
+                self.site.run(self.kernel, inputs)
             self.synchronize()
         finally:
             log.recording = False
@@ -248,13 +259,11 @@ class Worker:
 
         inputs = self.to_device(request.inputs)
         tracer.begin(self.device)
-        self.kernel(*inputs)
+        self.site.run(self.kernel, inputs)
         self.synchronize()
         tracer.begin(self.device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        self.kernel(*inputs)
-        end.record()
+        self.site.run(self.kernel, inputs, start.record, end.record)
         self.synchronize()
         return messages.Traced(launches=tracer.end(), call_us=start.elapsed_time(end) * 1e3)
 
@@ -265,12 +274,12 @@ class Worker:
 
         inputs = self.to_device(request.inputs)
         for _ in range(request.warmup):
-            self.kernel(*inputs)
+            self.site.run(self.kernel, inputs)
         self.synchronize()
-        for _ in range(request.calls):
-            torch.cuda.nvtx.range_push(request.range)
-            self.kernel(*inputs)
-            torch.cuda.nvtx.range_pop()
+        for _ in range(request.calls):  # NVTX ranges are per thread: pushed in the version's
+            self.site.run(self.kernel, inputs,
+                          functools.partial(torch.cuda.nvtx.range_push, request.range),
+                          torch.cuda.nvtx.range_pop)
         self.synchronize()
         return messages.Profiled()
 
@@ -291,6 +300,20 @@ class Worker:
             import torch
 
             torch.cuda.synchronize()
+
+
+class _TimedCall:
+    """`call(i)` for krung.worker.timing.measure: the version on input set i, in its thread;
+    `around(i, start, end)` runs the timer's `start` and `end` there, next to the call."""
+
+    def __init__(self, site: Any, kernel: Any, sets: list[list[Any]], outputs: list[Any]):
+        self.site, self.kernel, self.sets, self.outputs = site, kernel, sets, outputs
+
+    def __call__(self, i: int) -> None:
+        self.outputs[i] = self.site.run(self.kernel, self.sets[i])
+
+    def around(self, i: int, start: Any, end: Any) -> None:
+        self.outputs[i] = self.site.run(self.kernel, self.sets[i], start, end)
 
 
 def _outputs(result: Any, device: str) -> dict[str, Any] | messages.Failed:

@@ -161,6 +161,21 @@ def _nothing(i: int) -> None:
     pass
 
 
+def bracketed(call: Callable[[int], Any], i: int, start: Callable[[], Any],
+              end: Callable[[], Any]) -> None:
+    """`start(); call(i); end()`: the timer's reads (a clock, an event) next to the call.
+    Where `call` offers `around` (the worker's: it hands the version's calls to another
+    thread, krung.worker.guard.VersionThread), the reads are made in that thread, so the
+    hand-over stays out of the timed region."""
+    around = getattr(call, "around", None)
+    if around is not None:
+        around(i, start, end)
+        return
+    start()
+    call(i)
+    end()
+
+
 def _measure_cpu(call: Callable[[int], Any], sets: int, plan: TimingPlan,
                  before: Callable[[int], None]) -> Samples:
     clock = time.perf_counter
@@ -171,12 +186,13 @@ def _measure_cpu(call: Callable[[int], Any], sets: int, plan: TimingPlan,
         call(warmup % sets)
         warmup += 1
     times: list[float] = []
+    marks = [0.0, 0.0]
     begin = clock()
     while len(times) < plan.max_samples:
         before(len(times) % sets)
-        t0 = clock()
-        call(len(times) % sets)
-        times.append((clock() - t0) * 1e6)
+        bracketed(call, len(times) % sets, lambda: marks.__setitem__(0, clock()),
+                  lambda: marks.__setitem__(1, clock()))
+        times.append((marks[1] - marks[0]) * 1e6)
         if len(times) >= plan.min_samples and (
                 clock() - begin >= plan.max_s or ci_fraction(times) <= plan.target_ci):
             break
@@ -330,9 +346,7 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
             _Cuda.flush.zero_()
             # The marker: a kernel no version launches; every other one spins longer.
             torch.cuda._sleep(1 + CLOCK_SPIN_CYCLES * ((offset + i) % 2))
-            starts[i].record()
-            call((offset + i) % sets)
-            ends[i].record()
+            bracketed(call, (offset + i) % sets, starts[i].record, ends[i].record)
         torch.cuda.synchronize()
     records = device_work(prof)
     spins = [i for i, e in enumerate(records) if SPIN_KERNEL in e.name()]
@@ -354,6 +368,8 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
         device.append(sum(e.duration_ns() for e in mine) / 1e3)
         kernels += len(mine)
         streams = max(streams, len({_stream(e) for e in mine}))
+    if not kernels:  # CUPTI saw none of the calls' work (the timer's events will): not usable
+        return None
     host = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
     return device, host, kernels, streams, durations
 
@@ -394,9 +410,7 @@ def _held_events_batch(call: Callable[[int], Any], sets: int, count: int, offset
     for i in range(count):
         before((offset + i) % sets)
         _Cuda.flush.zero_()
-        starts[i].record()
-        call((offset + i) % sets)
-        ends[i].record()
+        bracketed(call, (offset + i) % sets, starts[i].record, ends[i].record)
     torch.cuda.synchronize()
     device = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
     return device, list(device), 0

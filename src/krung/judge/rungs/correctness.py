@@ -21,7 +21,7 @@ from krung.judge.delegation import Delegation, traced_reference
 from krung.judge.ladder import Context
 from krung.judge.problem import case_label
 from krung.judge.problem.unseen import unseen_cases
-from krung.judge.rungs.spec import HTML, TABLE, TABLES, Figure, RungSpec
+from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
 from krung.protocol.settings import Settings
 
@@ -78,6 +78,16 @@ SPEC = RungSpec(
                shown=(HTML,)),
         Figure("threads_started", "", "threads the version started and left running", "count",
                when="when it left some"),
+        Figure("swallowed_errors", "", "errors out of the version's own kernels (a Triton "
+               "compile or launch error) that it caught itself during the checked calls: "
+               "`N (first: ...)`; with a forbidden operator after it, the run fails "
+               "(`ForbiddenOp` names the error)", "text", shown=(HTML, AGENT),
+               when="when it caught some"),
+        Figure("kernels_never_launched", "", "the Triton kernels the version's module defines "
+               "that no checked call launched (ghost kernels)", "text", shown=(HTML, AGENT),
+               when="when there are some"),
+        Figure("kernels_launched", "", "launches of each Triton kernel the version's module "
+               "defines, over the checked calls", "map", when="Triton versions"),
         Figure("failed_cases", "", "the cases that failed", "list", when="on failure"),
         Figure("first_mismatch", "", "the index of the first element out of tolerance in the "
                "first failing output", "list", when="on failure"),
@@ -119,6 +129,7 @@ def run(ctx: Context) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     threads = 0
     delegation = Delegation()
+    conduct = KernelConduct()
     failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None
     for index, case in enumerate(cases):
@@ -145,6 +156,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 row["delegated"] = True
                 if ctx.problem.require_own_kernel:
                     raise delegation.failure(label, delegation.figures(ctx.traces_ops))
+            conduct.add(reply)
             row["seeds"] += 1
             verdict = judge_outputs(ctx.problem, inputs, reply["outputs"], expected,
                                     reply.get("tuple", False), ctx.device)
@@ -167,9 +179,38 @@ def run(ctx: Context) -> dict[str, Any]:
         figures["unseen_skipped"] = "; ".join(skipped)
     if threads:  # not a failure by itself, but work may be hiding there
         figures["threads_started"] = threads
+    figures.update(conduct.figures())
     if failures:
         raise _mismatch(failures, rows, figures, _nondeterminism(ctx, failures))
     return figures
+
+
+class KernelConduct:
+    """What the checked calls' replies say of the version's own kernels: the errors it
+    caught from them (krung.worker.launches) and which of them ran."""
+
+    def __init__(self) -> None:
+        self.swallowed: list[dict[str, Any]] = []
+        self.launched: dict[str, int] = {}
+
+    def add(self, reply: Any) -> None:
+        self.swallowed += reply.get("swallowed") or []
+        for name, count in (reply.get("own_kernels") or {}).items():
+            self.launched[name] = self.launched.get(name, 0) + count
+
+    def figures(self) -> dict[str, Any]:
+        from krung.judge.contract import swallowed_said
+
+        figures: dict[str, Any] = {}
+        if self.swallowed:
+            first = swallowed_said({"swallowed": self.swallowed[:1]})
+            figures["swallowed_errors"] = f"{len(self.swallowed)} (first: {first})"
+        if self.launched:
+            figures["kernels_launched"] = dict(self.launched)
+            ghosts = [name for name, count in self.launched.items() if not count]
+            if ghosts:
+                figures["kernels_never_launched"] = ", ".join(ghosts)
+        return figures
 
 
 def _usable(ctx: Context, cases: list[dict]) -> tuple[list[dict], list[str]]:

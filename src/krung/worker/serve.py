@@ -102,7 +102,11 @@ class Worker:
             from krung.worker import torch_build
 
             torch_build.install(request.build_cache, self.solution)
-        sandbox = raise_walls(request.sandbox)  # torch is in; the version not yet
+        # torch is in; the version not yet. Landlock binds the thread that asks (and what it
+        # starts later): the version's thread, where its code runs, and this one, where signal
+        # handlers it installs would run.
+        sandbox = self.site.run(raise_walls, (request.sandbox,))
+        raise_walls(request.sandbox)
         before = set(sys.modules)
         try:
             module = self.site.run(import_version, (Path(request.path), self.solution,

@@ -33,7 +33,7 @@ def cuda_runtime():
     """The CUDA runtime torch loaded, or the driver (the same calls, cu-prefixed)."""
     with open("/proc/self/maps") as maps:
         for line in maps:
-            if "libcudart.so" in line:
+            if "libcudart" in line and ".so" in line:
                 rt = ctypes.CDLL(line.split()[-1])
                 return rt.cudaDeviceSetLimit, rt.cudaStreamSetAttribute
     driver = ctypes.CDLL("libcuda.so.1")

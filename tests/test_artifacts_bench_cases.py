@@ -203,3 +203,23 @@ def test_with_cases_names_the_cases_of_what_ran_and_orders_bench_first():
         (64, True, 2), (1024, False, None), (16, True, 3)]  # 32: a test case's, never run
     assert merged[0]["cases"] == ["n=9000 (bench)", "n=90 (cpu bench)"]
     assert merged[2]["cases"] == ["n=10 (test)"]
+
+
+@pytest.mark.parametrize("problem", ["gpumode/vectoradd_py", "gpumode/rowsoftmax_py",
+                                     "kernelbench/3_Linear.py"])
+def test_every_format_makes_its_cases_as_shapes(problem):
+    """GPU MODE's generator (which runs its reference to learn the output buffers) and
+    KernelBench's get_inputs() make meta inputs for every case; the bench cases come first."""
+    from pathlib import Path
+
+    from krung.judge.problem import load_problem
+    from krung.judge.rungs.artifacts.cases import dry_cases
+
+    loaded = load_problem(Path(__file__).parent / "data" / problem)
+    context = types.SimpleNamespace(problem=loaded, seed_for=lambda *parts: 5)
+    cases, entry, unmade = dry_cases(context)
+    assert unmade == [] and entry is not None
+    bench = [c for c in cases if c["kind"] == "bench"]
+    assert len(bench) == len(loaded.bench_cases) and cases[:len(bench)] == bench
+    shapes = [leaf for c in bench for leaf in json.dumps(c["inputs"]).split('"meta"')[1:]]
+    assert shapes, bench  # tensors travel as shapes, not values

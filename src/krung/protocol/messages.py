@@ -555,6 +555,10 @@ class Build(Ask):
     import_paths: list[str]  # the folders the problem's format lets a version import from
     shown_as: str | None = None
     sha256: str | None = None
+    # On a CPU: every case's inputs as shapes (krung.judge.rungs.artifacts.cases), for the
+    # Triton backend to learn what the bench cases launch; and the entry to call with them.
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    entry: dict[str, Any] | None = None
 
 
 # The unions, and what decodes them.

@@ -512,6 +512,9 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         torch.cuda.init()
+        from krung.worker import l2
+
+        l2.start()  # no L2 set aside for persisting lines: a limit found later is the version's
         channel.cuda_ipc = args.cuda_ipc
         if args.warm_profiler:  # before Worker() counts the threads that are not the version's
             from krung.worker.timing import warm_profiler

@@ -60,6 +60,7 @@ class Samples:
     input_sets: int = 1
     wall_s: float = 0.0
     sm_mhz: float | None = None  # the SM clock during the samples, from the markers (CUPTI)
+    persisting_l2_bytes: int = 0  # the persisting-L2 limit the version set (krung.worker.l2)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,8 +260,10 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan,
     if _Cuda.flush is None:
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         # Writing twice the L2's size evicts whatever the previous call left there.
-        _Cuda.flush = torch.empty(max(2 * l2_bytes, 1 << 22) // 4, dtype=torch.int32,
-                                  device="cuda")
+        from krung.worker.l2 import Flush  # and persisting L2 lines reset where set aside
+
+        _Cuda.flush = Flush(torch.empty(max(2 * l2_bytes, 1 << 22) // 4, dtype=torch.int32,
+                                        device="cuda"))
     torch.cuda.synchronize()
     warmup = 0
     start = time.perf_counter()
@@ -310,7 +313,8 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan,
     return Samples(device_us=device_us, host_us=host_us, mode=mode,
                    kernels_per_call=kernels / max(len(device_us), 1), warmup_calls=warmup,
                    l2_flush_bytes=_Cuda.flush.numel() * 4, streams=streams,
-                   sm_mhz=spin_clock_mhz(*markers))
+                   sm_mhz=spin_clock_mhz(*markers),
+                   persisting_l2_bytes=_Cuda.flush.persisting_l2_bytes)
 
 
 def spin_clock_mhz(short_us: list[float], long_us: list[float]) -> float | None:

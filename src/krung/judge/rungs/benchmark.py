@@ -121,6 +121,10 @@ SPEC = RungSpec(
                "the L2 holds, up to 8)", "count", per_case=True),
         Figure("l2_flush_bytes", "B", "the buffer written to flush the L2 before each call",
                "count", per_case=True),
+        Figure("persisting_l2_bytes", "B", "the L2 the version set aside for persisting lines "
+               "(cudaLimitPersistingL2CacheSize); they were reset before each timed call, so "
+               "nothing persisted between calls (docs/trust.md)", "count", per_case=True,
+               when="when the version raised the limit (GPU)"),
         Figure("wall_s", "s", "the wall-clock time the version's timing took", per_case=True),
         Figure("streams", "", "the streams the call's work ran on", "count", per_case=True,
                when="when it ran on several"),
@@ -337,6 +341,9 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         "input_sets": count, "l2_flush_bytes": mine[0].l2_flush_bytes,
         "wall_s": round(sum(s.wall_s for s in mine), 3),
     }
+    persisting = max(s.persisting_l2_bytes for s in mine)
+    if persisting:  # reset before every timed call (krung.worker.l2): said, not rejected
+        row["persisting_l2_bytes"] = persisting
     if compiled_samples:
         compiled_us = summarise([t for s in compiled_samples for t in s.device_us])["median_us"]
         row["compiled_median_us"] = compiled_us

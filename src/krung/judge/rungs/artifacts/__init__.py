@@ -98,6 +98,13 @@ SPEC = RungSpec(
         Figure("warps_by_registers", "", "the warps per SM the registers alone allow", "count",
                per_case=True),
         Figure("launches", "", "the launches of this specialisation", "count", per_case=True),
+        Figure("cases", "", "the cases that launch this specialisation, `label (kind)`: on a "
+               "CPU, found by calling the version on each case's shapes (meta tensors), so "
+               "the GPU-sized bench cases are covered too", "list", per_case=True,
+               when="on a CPU"),
+        Figure("ran", "", "whether the specialisation ran here (false: only a bench case "
+               "launches it, compiled from its shapes)", "flag", per_case=True,
+               when="on a CPU"),
         Figure("highlights", "", "what stands out in the SASS: tensor-core instructions, "
                "vector widths, TMA, local memory", "text", per_case=True, shown=TABLES),
         Figure("sass", "", "the instruction mix: counts per opcode group", "map",
@@ -107,7 +114,8 @@ SPEC = RungSpec(
         Figure("notes", "", "what the tools said", "list", per_case=True),
         Figure("error", "", "why the kernel gave no figures", "text", per_case=True,
                shown=TABLES, when=_ERROR),
-        Figure("error_kind", "", "compile, no_toolkit or not_found", "text", per_case=True,
+        Figure("error_kind", "", "compile, no_toolkit, not_found, unsupported or not_compiled",
+               "text", per_case=True,
                when=_ERROR),
         Figure("location", "", "file:line of the compile error in the version", "text",
                per_case=True, when=_ERROR),
@@ -141,9 +149,11 @@ def run(ctx: Context) -> dict[str, Any]:
     if dsl == "cutedsl":  # what CuTeDSL compiled as the version ran, kept by the worker
         records += dumped.collect(dumped.dump_dir(ctx.run_dir, dsl), out_dir, dsl, target)
     launches = reply.get("launches") or []
-    dsls = (["triton"] if launches else []) + (["cuda"] if dsl in ("cuda", "cupy") else [])
+    # On a CPU the bench cases never ran: what they launch is found from their shapes.
+    dry = ran and ctx.device == "cpu" and (bool(launches) or dsl == "triton")
+    dsls = (["triton"] if launches or dry else []) + (["cuda"] if dsl in ("cuda", "cupy") else [])
     if dsls:
-        records += build_kernels(ctx, out_dir, target, dsls, launches, dsl)
+        records += build_kernels(ctx, out_dir, target, dsls, launches, dsl, dry=dry)
     if not records:
         return {"kernels": 0, "note": f"no kernel to inspect: the version ({dsl}) launched no "
                                       "Triton kernel and has no CUDA source krung can find"}
@@ -191,9 +201,10 @@ def cuda_target(ctx: Context, target: Target) -> Target:
 
 def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                   launches: list[dict[str, Any]], dsl: str,
-                  rung: str = "artifacts") -> list[dict[str, Any]]:
+                  rung: str = "artifacts", dry: bool = False) -> list[dict[str, Any]]:
     """Import the version in a build process of its own and have the backends compile; CUDA
-    sources come back as text and nvcc compiles them here, out of the version's reach."""
+    sources come back as text and nvcc compiles them here, out of the version's reach.
+    `dry`: also what every case launches, found from its shapes (artifacts/cases.py)."""
     from krung.protocol.channel import ChannelClosed, spawn
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -203,13 +214,20 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                              log=ctx.run_dir / "build.log", env=env, new_session=True)
     timeout = 2 * ctx.settings.compile_timeout_s
     what = f"compiling the version's kernels for {target.arch}"
+    cases, entry, unmade = [], None, []
     try:
+        if dry:  # while the build process starts
+            from krung.judge.rungs.artifacts.cases import dry_cases
+
+            ctx.progress(rung, "the cases' inputs as shapes")
+            cases, entry, unmade = dry_cases(ctx)
         request = messages.Build(
             version=str(ctx.solution.copy or ctx.solution.path), shown_as=str(ctx.solution.path),
             sha256=ctx.solution.sha256, out_dir=str(out_dir), arch=target.arch,
             dsls=dsls + ([dsl] if dsl == "cupy" else []), launches=launches,
             cache_dir=str(build_cache.root_for(ctx.run_dir)),
-            import_paths=list(ctx.problem.entry.get("import_paths", [])))
+            import_paths=list(ctx.problem.entry.get("import_paths", [])),
+            cases=cases, entry=entry)
         channel.send(request)
         ctx.progress(rung, what)
         if not channel.poll(timeout):
@@ -236,6 +254,8 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                          "look for import-time code that needs the interpreter or a GPU",
                          details=error.get("details"))
     records = [r for r in reply.records if "cuda_source" not in r]
+    records += [{"kernel": "triton", "dsl": "triton", "specialisation": "-",
+                 "error_kind": "not_compiled", "error": why[:2000]} for why in unmade]
     if "cuda" in dsls:
         from krung.judge.rungs.artifacts import cuda_backend
 

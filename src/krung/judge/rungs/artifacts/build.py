@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (args.max_file_bytes, args.max_file_bytes))
     faulthandler.enable()
     channel = Channel.from_fd(args.fd)
+    import torch  # noqa: F401 (now, while the judge makes the cases' shapes for the request)
+
     try:
         reply = build(channel.recv(expect=messages.TO_BUILD))
     except Exception as exc:

@@ -49,7 +49,8 @@ def inspect(record: dict[str, Any], out_dir: Path,
     files = record.setdefault("files", {})
     stem = record.get("specialisation") or "-"
     base = {"kernel": record["kernel"], "specialisation": stem, "dsl": record.get("dsl"),
-            "launches": record.get("launches")}
+            "launches": record.get("launches"),
+            **{k: record[k] for k in ("cases", "ran") if k in record}}
     if record.get("error"):
         return [{**base, "error": record["error"],
                  "error_kind": record.get("error_kind", "compile"),
@@ -65,7 +66,7 @@ def inspect(record: dict[str, Any], out_dir: Path,
                          capability, notes, cache_dir)
     sass_text = said.get("sass")
     if sass_text is not None:
-        (folder / f"{stem}.sass").write_text(sass_text)
+        (folder / f"{stem}.sass").write_text(_cases_header(record) + sass_text)
         files["sass"] = f"{stem}.sass"
     usage = resources.parse_res_usage(said["res_usage"]) if said.get("res_usage") else {}
     if said.get("ptxas") is not None:
@@ -111,6 +112,20 @@ def inspect(record: dict[str, Any], out_dir: Path,
             row["notes"] = said
     (folder / f"{stem}.figures.json").write_text(json.dumps(rows, indent=1, default=str))
     return rows or [{**base, "error": "; ".join(notes) or "no function found in the cubin"}]
+
+
+def _cases_header(record: dict[str, Any]) -> str:
+    """Comment lines that say which cases launched the specialisation, where that is known
+    (a CPU run); `krung diff` compares functions and leaves them out."""
+    if "cases" not in record:
+        return ""
+    cases = record["cases"] or ["none of the listed cases (a case made while checking)"]
+    lines = [f"// krung: {record['kernel']} {record.get('specialisation')}, launched by:"]
+    lines += [f"//   {case}" for case in cases]
+    if record.get("ran") is False:
+        lines.append("// compiled from the launch the version makes on these cases' shapes; "
+                     "not run on this machine (no GPU)")
+    return "\n".join(lines) + "\n"
 
 
 _OUTPUTS = ("sass", "res_usage", "ptxas")

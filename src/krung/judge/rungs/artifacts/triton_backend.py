@@ -5,11 +5,19 @@ interpreter, so its `@triton.jit` functions are real JITFunctions. Each launch t
 described (krung.worker.launches) is rebuilt with stand-in arguments and specialised by
 Triton's own binder for the target, then compiled with `triton.compile`: TTIR, TTGIR, LLIR,
 PTX and CUBIN, with no GPU needed (Triton ships ptxas).
+
+The GPU-sized bench cases never ran under the interpreter; the request carries every case's
+inputs as shapes (krung.judge.rungs.artifacts.cases), and `dry_launches` calls the version's
+entry on meta tensors with each launch noted and none run: what the bench cases launch is
+compiled too, and every record says which cases launched it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +26,7 @@ from krung.protocol.messages import Build
 from krung.worker.launches import write_compiled
 
 MAX_COMPILED = 16  # specialisations compiled per evaluation: each takes seconds on a CPU
+BENCH = "bench"  # the kind of case the GPU times (krung.judge.rungs.artifacts.cases.KINDS)
 
 
 class StandInTensor:
@@ -39,8 +48,12 @@ class TritonBackend:
 
     def collect(self, request: Build, out_dir: Path) -> list[dict[str, Any]]:
         target = Target.parse(request.arch)
-        records = []
+        records: list[dict[str, Any]] = []
         launches = request.launches
+        if request.cases:
+            noted, failed = dry_launches(request.entry, request.cases)
+            launches = with_cases(launches, noted)
+            records += failed
         for launch in launches[:MAX_COMPILED]:
             try:
                 records.append(compile_launch(launch, target, out_dir))
@@ -89,8 +102,9 @@ def compile_launch(launch: dict[str, Any], target: Target, out_dir: Path) -> dic
                                                           specialization, options)
     kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
                             options=options.__dict__)
+    cases = {"cases": launch["cases"], "ran": launch["ran"]} if "cases" in launch else {}
     return write_compiled(kernel, out_dir, {"launches": launch.get("launches"),
-                                            "grid": launch.get("grid"),
+                                            "grid": launch.get("grid"), **cases,
                                             "module": launch["module"],
                                             "qualname": launch["qualname"],
                                             "source": f"compiled for {target.arch}"})
@@ -135,3 +149,108 @@ def rebuild(value: Any) -> Any:
             raise TypeError(f"an argument of type {value['unsupported']} cannot be rebuilt "
                             "away from the GPU; its kernel's artifacts come only from a GPU run")
     return value
+
+
+def dry_launches(entry: dict[str, Any] | None,
+                 cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict]]:
+    """Per case, the launches the version's entry makes on the case's meta inputs, each
+    noted as the worker notes them and none run: [{"kind", "label", "launches"}]; and an
+    error record for each bench case whose launches could not be found so."""
+    from krung.judge.rungs.artifacts.cases import decode
+    from krung.worker.launches import LaunchLog
+
+    entry = entry or {"kind": "function", "name": "kernel"}
+    noted, failed = [], []
+    log = [LaunchLog()]
+    with _noted_not_run(log):
+        try:
+            call = _entry(entry)
+        except Exception as exc:  # the version's constructor on the meta device
+            return [], [_not_found(f"the entry {entry['name']} could not be made on the meta "
+                                   f"device: {type(exc).__name__}: {exc}")]
+        for case in cases:
+            log[0] = LaunchLog()
+            try:
+                call(*decode(case["inputs"]))
+            except Exception as exc:  # values the meta device does not have, and the like
+                if case["kind"] == BENCH:
+                    failed.append(_not_found(f"bench case {case['label']}: the version, run on "
+                                             f"its shapes alone (meta tensors), raised "
+                                             f"{type(exc).__name__}: {exc}"))
+            noted.append({**case, "launches": list(log[0].described.values())})
+    return noted, failed
+
+
+def with_cases(launches: list[dict[str, Any]],
+               noted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The worker's launches, each with the cases that launch it (`cases`, `ran`), and the
+    specialisations only bench cases launch (`ran` false: never run on this machine); those
+    a bench case launches first, as they are what the GPU times."""
+    cases: dict[str, list[str]] = {}
+    first: dict[str, dict[str, Any]] = {}
+    for case in noted:
+        for launch in case["launches"]:
+            key = _identity(launch)
+            found = cases.setdefault(key, [])
+            if f"{case['label']} ({case['kind']})" not in found:
+                found.append(f"{case['label']} ({case['kind']})")
+            first.setdefault(key, launch)
+    ran = {_identity(launch) for launch in launches}
+    merged = [{**launch, "cases": cases.get(_identity(launch), []), "ran": True}
+              for launch in launches]
+    merged += [{**launch, "launches": None, "cases": cases[key], "ran": False}
+               for key, launch in first.items()
+               if key not in ran and any(c.endswith(f"({BENCH})") for c in cases[key])]
+    return sorted(merged, key=lambda launch: not any(
+        c.endswith(f"({BENCH})") for c in launch["cases"]))
+
+
+def _identity(launch: dict[str, Any]) -> str:
+    """What makes two noted launches the same specialisation of the same kernel."""
+    return json.dumps([launch.get(k) for k in ("module", "qualname", "args", "kwargs")],
+                      sort_keys=True, default=str)
+
+
+def _entry(entry: dict[str, Any]) -> Any:
+    """The version's callable; a KernelBench model built on the meta device (shapes only:
+    krung's weights are not needed to know what it launches)."""
+    import torch
+
+    from krung.judge.rungs.artifacts.cases import decode
+
+    found = getattr(sys.modules["krung_version"], entry["name"])
+    if entry["kind"] != "module":
+        return found
+    torch.set_grad_enabled(False)
+    with torch.device("meta"):
+        model = found(*decode(entry.get("init_inputs") or []))
+    return model.to(dtype=getattr(torch, entry.get("dtype") or "float32"))
+
+
+@contextlib.contextmanager
+def _noted_not_run(log: list[Any]) -> Iterator[None]:
+    """Every Triton launch noted in `log[0]` and not run; @triton.autotune takes its first
+    config (there is no GPU to tune on, and a config chosen on the CPU says nothing)."""
+    from triton.runtime import autotuner, jit
+
+    original_run, original_bench = jit.JITFunction.run, autotuner.Autotuner._bench
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        if not warmup:
+            log[0].note_interpreted(self.fn, args, kwargs, grid)
+
+    def bench(self: Any, *args: Any, config: Any, **meta: Any) -> list[float]:
+        return [1.0, 1.0, 1.0]  # every config ties: the autotuner keeps the first
+
+    jit.JITFunction.run = run
+    autotuner.Autotuner._bench = bench
+    try:
+        yield
+    finally:
+        jit.JITFunction.run = original_run
+        autotuner.Autotuner._bench = original_bench
+
+
+def _not_found(message: str) -> dict[str, Any]:
+    return {"kernel": "triton", "dsl": "triton", "specialisation": "-",
+            "error_kind": "not_compiled", "error": message[:2000]}

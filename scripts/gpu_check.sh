@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # What only a GPU can check, in parts that each fit one 10-minute device call:
 #   scripts/gpu_check.sh ladder    the `gpu` tests of the ladder and the built-in problems
+#   scripts/gpu_check.sh verify    what changed on GPU paths and has not run on the H200 yet:
+#                                  delegation (CUPTI names), the sandbox's walls
+#                                  (KRUNG_SANDBOX=on), the version's thread (CUPTI still sees
+#                                  its kernels), caught kernel errors, persisting L2, timing
 #   scripts/gpu_check.sh formats   KernelBench, GPU MODE, red team, executors on one GPU
 #   scripts/gpu_check.sh inspect   artifacts, profile, trace, calibration, roofline
 #   scripts/gpu_check.sh dsls      every DSL's example; CuTeDSL/TileLang from the wheels
@@ -24,6 +28,9 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 gpu_tests() { python3 -m pytest -m gpu -p no:cacheprovider -rs -s --durations=15 "$@"; }
 case "$part" in
   ladder) gpu_tests tests/test_gpu.py tests/test_builtin_problems.py 2>&1 | tee "$OUT/ladder.log" ;;
+  verify) gpu_tests tests/test_timing.py tests/test_delegation.py tests/test_gpu_persisting_l2.py \
+            tests/test_red_team.py tests/test_sandbox.py 2>&1 | tee "$OUT/verify.log"
+    python3 benchmarks/version_thread.py --device cuda --repeats 5 2>&1 | tee -a "$OUT/verify.log" ;;
   formats) gpu_tests tests/test_kernelbench.py tests/test_gpumode.py tests/test_red_team.py \
              tests/test_scale.py 2>&1 | tee "$OUT/formats.log" ;;
   inspect) gpu_tests tests/test_gpu_profile_trace.py tests/test_gpu_roofline.py 2>&1 \
@@ -77,5 +84,5 @@ PY
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
       --jobs "${JOBS:-6}" --timeout 300 --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
       ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
-  *) echo "unknown part $part: ladder, formats, inspect, dsls, bench, latency, suite or sets" >&2; exit 2 ;;
+  *) echo "unknown part $part: ladder, verify, formats, inspect, dsls, bench, latency, suite or sets" >&2; exit 2 ;;
 esac

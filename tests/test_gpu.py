@@ -243,7 +243,7 @@ def test_a_cache_keyed_on_sampled_values_fails_the_timed_check(krung, scale_prob
     region, told apart from the call's kernels by a marker of their own): the cache replays
     stale outputs, and an honest version's figures keep the call's kernels only."""
     rungs = "static,compile,run,correctness,benchmark"
-    on = {"KRUNG_TIMED_INPUT_CHANGES": "on"}  # CPU only by default until measured here
+    on = {"KRUNG_TIMED_INPUT_CHANGES": "on"}  # the default; said here, as this test is about it
     result = krung("run", scale_problem, version("sampled", SAMPLED_VALUES_CACHE), "--device",
                    "cuda", "--json", "--rungs", rungs, env=on)
     assert result.code == 1, result.stdout + result.stderr

@@ -271,3 +271,46 @@ def test_the_walls_follow_krung_sandbox(krung, scale_problem, version, tmp_path)
     assert target.read_text() == "x"
     sandbox = run_json(result)["env"]["sandbox"]
     assert sandbox["sandbox"] == "none" and "KRUNG_SANDBOX" in sandbox["why"], sandbox
+
+
+# Plants a file, and reads the store's path, only where it is imported outside Triton's
+# interpreter: the artifacts rung's build process, on a CPU.
+PLANTS_IN_THE_BUILD = '''
+import os
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    assert "KRUNG_STORE" not in os.environ, "the build process sees the store"
+    Path({target!r}).write_text("planted")
+
+
+@triton.jit
+def twice_plus_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2 + 1, mask=mask)
+
+
+def kernel(x):
+    import torch
+
+    out = torch.empty_like(x)
+    twice_plus_one[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+'''
+
+
+@needs_landlock
+def test_the_artifacts_build_process_is_fenced_as_the_worker_is(krung, scale_problem, version):
+    """The build process imports the version too (not under the interpreter): it gets the
+    worker's environment and walls, so a write into the problem folder fails there."""
+    target = scale_problem / "planted.py"
+    source = PLANTS_IN_THE_BUILD.format(target=str(target))
+    result = krung("run", scale_problem, version("plants_in_build", source), "--json",
+                   "--rungs", "static,compile,run,artifacts")
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("artifacts", "PermissionError"), failed
+    assert not target.exists()

@@ -559,6 +559,7 @@ class Build(Ask):
     # Triton backend to learn what the bench cases launch; and the entry to call with them.
     cases: list[dict[str, Any]] = field(default_factory=list)
     entry: dict[str, Any] | None = None
+    sandbox: dict[str, Any] | None = None  # the walls to raise before the import, as Load's
 
 
 # The unions, and what decodes them.

@@ -147,10 +147,10 @@ class Settings:
                                       "1 to time torch.compile(reference) too in the "
                                       "benchmark rung and give the speedup against it")
     timed_input_changes: str = setting(
-        "cpu", "KRUNG_TIMED_INPUT_CHANGES",
+        "on", "KRUNG_TIMED_INPUT_CHANGES",
         "a few input elements changed before every timed call, the outputs checked on them, "
-        "so no cache keyed on input values survives the benchmark: cpu (on a CPU only, the "
-        "default until the GPU path is measured on the H200), on (everywhere) or off",
+        "so no cache keyed on input values survives the benchmark: on (everywhere, the "
+        "default), cpu (on a CPU only) or off",
         one_of(INPUT_CHANGE_MODES, "a mode of the timed input changes"))
     sandbox: str = setting(
         "cpu", "KRUNG_SANDBOX",

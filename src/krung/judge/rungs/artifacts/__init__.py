@@ -20,7 +20,6 @@ A kernel that runs under the interpreter but does not compile for the GPU fails 
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 from typing import Any
 
@@ -205,13 +204,25 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     """Import the version in a build process of its own and have the backends compile; CUDA
     sources come back as text and nvcc compiles them here, out of the version's reach.
     `dry`: also what every case launches, found from its shapes (artifacts/cases.py)."""
+    import shutil
+    import tempfile
+
+    from krung.judge.candidate import end_tree, raises_walls, worker_cache, worker_env
     from krung.protocol.channel import ChannelClosed, spawn
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONUNBUFFERED"] = "1"
+    # The version's code runs there (its import, its entry on the cases' shapes): fenced as
+    # the worker is (docs/trust.md): allow-listed environment, a scratch folder, the walls.
+    scratch, cache = Path(tempfile.mkdtemp(prefix="krung-build-")), worker_cache()
+    env = worker_env(scratch, cache)
+    env.pop("TRITON_INTERPRET", None)
+    walls = None
+    if raises_walls(ctx.settings.sandbox, ctx.device):
+        walls = {"writable": [str(scratch), str(cache), str(out_dir),
+                              str(build_cache.root_for(ctx.run_dir)), "/dev"]}
     process, channel = spawn("krung.judge.rungs.artifacts.build",
                              ["--max-file-bytes", str(ctx.settings.max_file_bytes)],
-                             log=ctx.run_dir / "build.log", env=env, new_session=True)
+                             log=ctx.run_dir / "build.log", env=env, new_session=True,
+                             cwd=scratch)
     timeout = 2 * ctx.settings.compile_timeout_s
     what = f"compiling the version's kernels for {target.arch}"
     cases, entry, unmade = [], None, []
@@ -227,7 +238,7 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
             dsls=dsls + ([dsl] if dsl == "cupy" else []), launches=launches,
             cache_dir=str(build_cache.root_for(ctx.run_dir)),
             import_paths=list(ctx.problem.entry.get("import_paths", [])),
-            cases=cases, entry=entry)
+            cases=cases, entry=entry, sandbox=walls)
         channel.send(request)
         ctx.progress(rung, what)
         if not channel.poll(timeout):
@@ -245,8 +256,10 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                          "read the log tail in the details", details=_tail(
                              ctx.run_dir / "build.log")) from None
     finally:
-        _stop(process)
+        end_tree(process.pid)
+        _reap(process)
         channel.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     if isinstance(reply, messages.Failed):
         error = reply.error
         raise RungFailed(error["type"], error["message"],
@@ -278,13 +291,10 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     return records
 
 
-def _stop(process: Any) -> None:
+def _reap(process: Any) -> None:
     import contextlib
-    import signal
     import subprocess
 
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=10)
 

@@ -31,6 +31,10 @@ def build(request: messages.Build) -> messages.Reply:
         backend.prepare(request)
     # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
     sys.path.extend(p for p in request.import_paths if p not in sys.path)
+    if request.sandbox:  # the worker's walls (krung.worker.guard.restrict), before the import
+        from krung.worker.serve import raise_walls
+
+        raise_walls(request.sandbox)
     try:
         shown = Path(request.shown_as) if request.shown_as else None
         import_version(Path(request.version), shown, request.sha256)

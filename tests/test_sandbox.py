@@ -24,6 +24,7 @@ from krung.judge.candidate import worker_env
 from krung.worker.guard import landlock_abi
 from tests.conftest import PROBLEMS
 from tests.test_red_team import first_failure, rungs_of
+from tests.test_scale import TRITON
 
 RUNGS = "static,compile,run"
 ABI = landlock_abi()
@@ -275,32 +276,14 @@ def test_the_walls_follow_krung_sandbox(krung, scale_problem, version, tmp_path)
 
 # Plants a file, and reads the store's path, only where it is imported outside Triton's
 # interpreter: the artifacts rung's build process, on a CPU.
-PLANTS_IN_THE_BUILD = '''
+PLANTS_IN_THE_BUILD = """
 import os
 from pathlib import Path
 
-import triton
-import triton.language as tl
-
 if os.environ.get("TRITON_INTERPRET") != "1":
     assert "KRUNG_STORE" not in os.environ, "the build process sees the store"
-    Path({target!r}).write_text("planted")
-
-
-@triton.jit
-def twice_plus_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2 + 1, mask=mask)
-
-
-def kernel(x):
-    import torch
-
-    out = torch.empty_like(x)
-    twice_plus_one[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
-    return out
-'''
+    Path(TARGET).write_text("planted")
+""" + TRITON
 
 
 @needs_landlock
@@ -308,7 +291,7 @@ def test_the_artifacts_build_process_is_fenced_as_the_worker_is(krung, scale_pro
     """The build process imports the version too (not under the interpreter): it gets the
     worker's environment and walls, so a write into the problem folder fails there."""
     target = scale_problem / "planted.py"
-    source = PLANTS_IN_THE_BUILD.format(target=str(target))
+    source = PLANTS_IN_THE_BUILD.replace("TARGET", repr(str(target)))
     result = krung("run", scale_problem, version("plants_in_build", source), "--json",
                    "--rungs", "static,compile,run,artifacts")
     failed = first_failure(result)

@@ -69,7 +69,8 @@ def test_tools_are_listed_with_precise_schemas(store, tmp_path):
         assert evaluate["required"] == ["problem"]
         assert set(evaluate["properties"]) == {"problem", "version_path", "source", "name",
                                                "rungs", "seed", "device", "parent",
-                                               "vs_compiled"}
+                                               "vs_compiled", "forbid", "forbid_ops",
+                                               "require_own_kernel"}
         rungs = evaluate["properties"]["rungs"]["anyOf"]
         assert rungs[0]["items"]["enum"] == list(krung.RUNGS)
         assert rungs[1]["type"] == "string"  # or comma-separated, as on the command line

@@ -140,7 +140,7 @@ def test_a_worker_that_ends_mid_call_leaves_the_verdict_to_the_tool(tmp_path, mo
     version = write(tmp_path / "dies.py", DIES_IN_THE_CALL)
     ctx = SimpleNamespace(
         device="cpu", run_dir=tmp_path, solution=SimpleNamespace(path=version),
-        settings=SimpleNamespace(compile_timeout_s=30),
+        settings=SimpleNamespace(compile_timeout_s=30, sandbox="cpu"),
         load_message=lambda: {"op": "load", "path": str(version)},
         make_inputs=lambda case, seed: (torch.randn(64) + 2,), seed_for=lambda *parts: 1,
         problem=SimpleNamespace(writable_leaves=lambda inputs: set()))

@@ -105,6 +105,17 @@ def worker_env(scratch: Path, cache: Path, environ: dict[str, str] | None = None
     return env
 
 
+def cache_folders(env: dict[str, str]) -> list[str]:
+    """The compile caches a worker's environment names, the caller's own too (a
+    TORCH_EXTENSIONS_DIR or TRITON_CACHE_DIR set by hand): writable inside the walls, so
+    made now (the walls allow only folders that exist)."""
+    folders = [env[v] for v in (*SHARED_CACHES, "TORCH_EXTENSIONS_DIR") if env.get(v)]
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+    return folders
+
+
 def kill_all() -> None:
     """Kill every worker this process started, with everything below them: the judge's way
     out when it is stopped (SIGTERM) or its caller is gone."""
@@ -232,6 +243,7 @@ class Candidate:
         self.scratch: Path | None = None  # its HOME, TMPDIR and working directory
         self.cache = worker_cache()
         self.sandbox: dict[str, Any] | None = None  # what the worker said applied, once loaded
+        self.cache_dirs: list[str] = []
         self.walls = device == "cpu"  # Landlock asked for (KRUNG_SANDBOX: `raises_walls`)
 
     def start(self, preload: tuple[str, ...] = ()) -> None:
@@ -242,6 +254,7 @@ class Candidate:
         # poisons the allocations of the version's checked calls alone (guard.poisoned).
         self.scratch = Path(tempfile.mkdtemp(prefix="krung-worker-"))
         env = {**worker_env(self.scratch, self.cache), **self.extra_env}
+        self.cache_dirs = cache_folders(env)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         self.started_at = time.perf_counter()
@@ -264,7 +277,8 @@ class Candidate:
         and keeps its lock files where it chooses, TCP and the temp folder stay open too."""
         if not self.walls:
             return None
-        writable = [self.scratch, self.cache, *self.writable, build_cache, "/dev"]
+        writable = [self.scratch, self.cache, *self.cache_dirs, *self.writable, build_cache,
+                    "/dev"]
         if self.prefix:
             writable += [tempfile.gettempdir(), "/tmp"]
         # absolute: the worker resolves them in its scratch

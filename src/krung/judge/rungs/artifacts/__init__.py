@@ -207,7 +207,13 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     import shutil
     import tempfile
 
-    from krung.judge.candidate import end_tree, raises_walls, worker_cache, worker_env
+    from krung.judge.candidate import (
+        cache_folders,
+        end_tree,
+        raises_walls,
+        worker_cache,
+        worker_env,
+    )
     from krung.protocol.channel import ChannelClosed, spawn
 
     # The version's code runs there (its import, its entry on the cases' shapes): fenced as
@@ -217,7 +223,7 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     env.pop("TRITON_INTERPRET", None)
     walls = None
     if raises_walls(ctx.settings.sandbox, ctx.device):
-        walls = {"writable": [str(scratch), str(cache), str(out_dir),
+        walls = {"writable": [str(scratch), str(cache), *cache_folders(env), str(out_dir),
                               str(build_cache.root_for(ctx.run_dir)), "/dev"]}
     process, channel = spawn("krung.judge.rungs.artifacts.build",
                              ["--max-file-bytes", str(ctx.settings.max_file_bytes)],

@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from krung.judge.candidate import worker_env
 from krung.worker.guard import landlock_abi
@@ -297,3 +298,62 @@ def test_the_artifacts_build_process_is_fenced_as_the_worker_is(krung, scale_pro
     failed = first_failure(result)
     assert (failed["name"], failed["error_type"]) == ("artifacts", "PermissionError"), failed
     assert not target.exists()
+
+
+# Leaves a child process and a thread spinning after its import: they would compete with the
+# reference the judge times, were the worker not stopped meanwhile.
+LEAVES_WORK_RUNNING = """
+import subprocess
+import sys
+import threading
+
+child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def spin():
+    while True:
+        pass
+
+
+threading.Thread(target=spin, daemon=True).start()
+
+
+def kernel(x):
+    return x * 2 + 1
+"""
+
+
+def test_the_worker_and_what_it_left_running_are_stopped_while_the_reference_is_timed(
+        tmp_path, version):
+    """`paused` (around the reference's timing in the benchmark rung) stops the worker and
+    every process below it, then lets them go on; CPU time stops meanwhile."""
+    from krung.judge.candidate import Candidate, _living_descendants, _stat
+
+    solution = version("leaves_work_running", LEAVES_WORK_RUNNING)
+    candidate = Candidate("cpu", tmp_path, solution)
+    candidate.start()
+    try:
+        assert candidate.request({"op": "load", "path": str(solution)}, 120, "load")["ok"]
+        pid = candidate.pid
+        deadline = time.monotonic() + 30
+        while not _living_descendants(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = [pid, *_living_descendants(pid)]
+        assert len(tree) >= 2, tree
+
+        def cpu_ticks(p: int) -> int:  # utime + stime, /proc/<pid>/stat fields 14 and 15
+            fields = _stat(p)
+            return int(fields[11]) + int(fields[12])
+
+        with candidate.paused():
+            assert all(_stat(p)[0] == "T" for p in tree), [_stat(p)[:1] for p in tree]
+            before = [cpu_ticks(p) for p in tree]
+            time.sleep(0.5)
+            assert [cpu_ticks(p) for p in tree] == before  # nothing ran
+        time.sleep(0.3)
+        assert all(_stat(p)[0] != "T" for p in tree), [_stat(p)[:1] for p in tree]
+        x = torch.randn(1000)
+        call = candidate.request({"op": "call", "inputs": [x]}, 120, "call")
+        assert call["ok"] and torch.equal(call["outputs"][0], x * 2 + 1)
+    finally:
+        candidate.close()

@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,27 @@ def end_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)  # what it left in its group (its tool's children too)
 
 
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[list[int]]:
+    """Process `pid` and every process below it stopped (SIGSTOP, which none can catch) for
+    the block, then continued: what a version left running (threads, children) takes no CPU
+    while the judge times the reference. Yields the pids stopped."""
+    _signal(pid, signal.SIGSTOP)
+    held = [pid]
+    for _ in range(100):  # until none is left running (a child may fork while it is found)
+        running = [p for p in _living_descendants(pid) if _stat(p)[:1] != ["T"]]
+        if not running:
+            break
+        for child in running:
+            _signal(child, signal.SIGSTOP)
+        held += [p for p in running if p not in held]
+    try:
+        yield held
+    finally:
+        for held_pid in reversed(held):
+            _signal(held_pid, signal.SIGCONT)
+
+
 def end_strays() -> None:
     """Kill and reap the orphans of workers that were reparented to this process, its
     subreaper (a version that turned its worker's subreaper off lets them climb here):
@@ -269,6 +291,15 @@ class Candidate:
         self.process, self.channel = spawn("krung.worker.serve", args, log=self.log, env=env,
                                            new_session=True, prefix=self.prefix, cwd=self.scratch)
         _STARTED.add(self)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The worker and all below it stopped for the block (`stopped`), where it runs."""
+        if self.process is None or self.process.returncode is not None:
+            yield
+            return
+        with stopped(self.process.pid):
+            yield
 
     def sandbox_request(self, build_cache: str | None) -> dict[str, Any] | None:
         """Where the version's process may write: its scratch, the workers' caches, the run's

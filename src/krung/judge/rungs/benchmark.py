@@ -315,13 +315,16 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         if round_index == ROUNDS - 1 and ctx.device == "cuda":
             after = clock_state()  # right after the version's last round, not the reference's
         tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
-        ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device, round_plan))
-        if baseline is not None and compiled is not None:
-            timed = baseline.time(compiled, sets, ctx.device, round_plan)
-            if timed is None:  # failed: none of this case's figures, nor later ones
-                compiled, compiled_samples = None, []
-            else:
-                compiled_samples.append(timed)
+        # The version's process stopped: nothing it left running competes with the reference.
+        with ctx.candidate.paused():
+            ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device,
+                               round_plan))
+            if baseline is not None and compiled is not None:
+                timed = baseline.time(compiled, sets, ctx.device, round_plan)
+                if timed is None:  # failed: none of this case's figures, nor later ones
+                    compiled, compiled_samples = None, []
+                else:
+                    compiled_samples.append(timed)
         if changes:  # the reference on each set as its last timed call saw it
             expected = []
             expected = [ctx.expected(inputs) for inputs in seen]

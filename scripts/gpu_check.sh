@@ -4,7 +4,8 @@
 #   scripts/gpu_check.sh verify    what changed on GPU paths and has not run on the H200 yet:
 #                                  delegation (CUPTI names), the sandbox's walls
 #                                  (KRUNG_SANDBOX=on), the version's thread (CUPTI still sees
-#                                  its kernels), caught kernel errors, persisting L2, timing
+#                                  its kernels), caught kernel errors, persisting L2, timing,
+#                                  CUDA graphs and batching (red team)
 #   scripts/gpu_check.sh formats   KernelBench, GPU MODE, red team, executors on one GPU
 #   scripts/gpu_check.sh inspect   artifacts, profile, trace, calibration, roofline
 #   scripts/gpu_check.sh dsls      every DSL's example; CuTeDSL/TileLang from the wheels
@@ -29,7 +30,8 @@ gpu_tests() { python3 -m pytest -m gpu -p no:cacheprovider -rs -s --durations=15
 case "$part" in
   ladder) gpu_tests tests/test_gpu.py tests/test_builtin_problems.py 2>&1 | tee "$OUT/ladder.log" ;;
   verify) gpu_tests tests/test_timing.py tests/test_delegation.py tests/test_gpu_persisting_l2.py \
-            tests/test_red_team.py tests/test_sandbox.py 2>&1 | tee "$OUT/verify.log"
+            tests/test_red_team.py tests/test_gpu_red_team.py tests/test_sandbox.py 2>&1 \
+            | tee "$OUT/verify.log"
     python3 benchmarks/version_thread.py --device cuda --repeats 5 2>&1 | tee -a "$OUT/verify.log" ;;
   formats) gpu_tests tests/test_kernelbench.py tests/test_gpumode.py tests/test_red_team.py \
              tests/test_scale.py 2>&1 | tee "$OUT/formats.log" ;;

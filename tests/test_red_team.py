@@ -26,6 +26,18 @@ def first_failure(result) -> dict:
     return next(r for r in result.json()["rungs"] if r["status"] == "failed")
 
 
+def memoising(key: str) -> str:
+    """A version that remembers its outputs under `key` (an expression of its input `x`)."""
+    return f"""
+        memo = {{}}
+        def kernel(x):
+            key = {key}
+            if key not in memo:
+                memo[key] = x * 2 + 1
+            return memo[key].clone()
+    """
+
+
 CHEATS = {
     # Computes half the output and leaves the rest to whatever the buffer held.
     "partial_write": ("""
@@ -102,25 +114,13 @@ CHEATS = {
             return y + y.abs() * torch.finfo(y.dtype).eps * (torch.rand_like(y) < 0.5)
     """, "determinism", "Nondeterministic", "differs between two runs"),
     # Remembers outputs by input storage: right until the same storage holds new values.
-    "memoises_storage": ("""
-        memo = {}
-        def kernel(x):
-            key = x.data_ptr()
-            if key not in memo:
-                memo[key] = x * 2 + 1
-            return memo[key].clone()
-    """, "run|correctness|benchmark", "Mismatch|TimedMismatch|OutputContract", ""),
+    "memoises_storage": (memoising("x.data_ptr()"), "run|correctness|benchmark", "Mismatch|TimedMismatch|OutputContract", ""),
     # Remembers outputs by a sample of the input's values: right whenever the sampled values
     # change with the rest, stale when only other elements changed (as before every timed
     # call).
-    "memoises_sampled_values": ("""
-        memo = {}
-        def kernel(x):
-            key = (x.shape, x.dtype, tuple(x.reshape(-1)[::max(1, x.numel() // 16)].tolist()))
-            if key not in memo:
-                memo[key] = x * 2 + 1
-            return memo[key].clone()
-    """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
+    "memoises_sampled_values": (memoising(
+        "(x.shape, x.dtype, tuple(x.reshape(-1)[::max(1, x.numel() // 16)].tolist()))"),
+        "benchmark", "TimedMismatch", "the timed calls of bench case"),
     # Warm-up detection: a pointer seen in one of the last calls means the timing loop is
     # going round its input sets, so the work is skipped and the output of then returned.
     "skips_work_on_a_seen_pointer": ("""

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from krung.judge.problem.gpumode import Sizes, _outcome, shared_modules, support_dirs
+from krung.judge.problem.unseen import unseen_cases
 from tests.conftest import GPUMODE, write
 
 CHECKS = "static,compile,run,correctness"  # enough for a version that fails
@@ -259,6 +260,17 @@ def test_unseen_sizes_are_awkward_unless_the_task_names_a_multiple():
         kept = promised.derive(dict(case), rng)
         assert kept["m"] % 2 == 1 and kept["n"] % 2 == 1
         assert kept["k"] % 128 == 0 and kept["k"] != case["k"]
+
+
+def test_neighbouring_sizes_still_give_two_distinct_unseen_cases():
+    """1023, 1024 and 1025 (prefixsum's sizes) often have the same awkward neighbour: the
+    second unseen case draws again rather than dropping out."""
+    declared = [{"size": 1023}, {"size": 1024}, {"size": 1025}]
+    sizes = Sizes(declared)
+    for seed in random.sample(range(1 << 30), 200):
+        unseen = unseen_cases(declared, seed, sizes.derive)
+        assert len(unseen) == 2 and unseen[0] != unseen[1], (seed, unseen)
+        assert not any(case in declared for case in unseen)
 
 
 def test_check_answers_in_every_shape_gpu_mode_uses():

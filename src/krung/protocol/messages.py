@@ -559,6 +559,9 @@ class Build(Ask):
     # Triton backend to learn what the bench cases launch; and the entry to call with them.
     cases: list[dict[str, Any]] = field(default_factory=list)
     entry: dict[str, Any] | None = None
+    # The configs @triton.autotune chose in the worker (its `autotune` records): the dry
+    # run takes the same for the same key, and the first config for a key never tuned.
+    autotune: list[dict[str, Any]] = field(default_factory=list)
     sandbox: dict[str, Any] | None = None  # the walls to raise before the import, as Load's
 
 

@@ -79,13 +79,13 @@ class LaunchLog:
         """The config `tuner` chose for this call's key (its shape arguments and dtypes)."""
         named = {**dict(zip(tuner.arg_names, args, strict=False)), **kwargs}
         named = {k: v for k, v in named.items() if k in tuner.arg_names}
-        shape = {k: _plain(named[k]) for k in tuner.keys if k in named}
+        shape = {k: plain(named[k]) for k in tuner.keys if k in named}
         dtypes = [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
         key = tuple([named[k] for k in tuner.keys if k in named] + dtypes)
         config = tuner.cache.get(key, getattr(tuner, "best_config", None))
         if config is None:
             return
-        chosen = {k: _plain(v) for k, v in config.all_kwargs().items()
+        chosen = {k: plain(v) for k, v in config.all_kwargs().items()
                   if v is not None and k != "ir_override"}
         name = getattr(tuner.base_fn, "__name__", "kernel")
         record = {"kernel": name, "key": shape, "dtypes": dtypes, "config": chosen,
@@ -287,7 +287,7 @@ def specialisation(kernel: Any) -> dict[str, Any]:
     for path, value in src.constants.items():
         index = path[0] if isinstance(path, tuple) else names.index(path)
         label = names[index] if index < len(names) else str(path)
-        constants[label] = _plain(value)
+        constants[label] = plain(value)
     attrs = {names[p[0]] if isinstance(p, tuple) and p[0] < len(names) else str(p): v
              for p, v in src.attrs.items() if v}
     declared = getattr(src.fn, "constexprs", None) or []  # params annotated tl.constexpr
@@ -349,7 +349,7 @@ def _ptxas_path(target: str) -> str | None:
         return None
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     value = getattr(value, "value", value)
     return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 

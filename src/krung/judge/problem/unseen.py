@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 UNSEEN_CASES = 2
+DRAWS = 8
 
 
 def unseen_cases(cases: list[dict], seed: int,
@@ -24,9 +25,12 @@ def unseen_cases(cases: list[dict], seed: int,
     picked = rng.sample(movable, min(count, len(movable)))
     derived = []
     for case in picked:
-        new = derive(dict(case), rng) if derive else _neighbour(case, rng)
-        if new and new not in cases and new not in derived:
-            derived.append(new)
+        # a few draws: two neighbours of 1023 and 1025 may well be the same prime
+        for _ in range(DRAWS):
+            new = derive(dict(case), rng) if derive else _neighbour(case, rng)
+            if new and new not in cases and new not in derived:
+                derived.append(new)
+                break
     return derived
 
 

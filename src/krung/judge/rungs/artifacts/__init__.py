@@ -152,7 +152,8 @@ def run(ctx: Context) -> dict[str, Any]:
     dry = ran and ctx.device == "cpu" and (bool(launches) or dsl == "triton")
     dsls = (["triton"] if launches or dry else []) + (["cuda"] if dsl in ("cuda", "cupy") else [])
     if dsls:
-        records += build_kernels(ctx, out_dir, target, dsls, launches, dsl, dry=dry)
+        records += build_kernels(ctx, out_dir, target, dsls, launches, dsl, dry=dry,
+                                 autotune=reply.get("autotune") or [])
     if not records:
         return {"kernels": 0, "note": f"no kernel to inspect: the version ({dsl}) launched no "
                                       "Triton kernel and has no CUDA source krung can find"}
@@ -200,10 +201,12 @@ def cuda_target(ctx: Context, target: Target) -> Target:
 
 def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                   launches: list[dict[str, Any]], dsl: str,
-                  rung: str = "artifacts", dry: bool = False) -> list[dict[str, Any]]:
+                  rung: str = "artifacts", dry: bool = False,
+                  autotune: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Import the version in a build process of its own and have the backends compile; CUDA
     sources come back as text and nvcc compiles them here, out of the version's reach.
-    `dry`: also what every case launches, found from its shapes (artifacts/cases.py)."""
+    `dry`: also what every case launches, found from its shapes (artifacts/cases.py), with
+    the configs `autotune` records the worker's autotuner chose."""
     import shutil
     import tempfile
 
@@ -244,7 +247,7 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
             dsls=dsls + ([dsl] if dsl == "cupy" else []), launches=launches,
             cache_dir=str(build_cache.root_for(ctx.run_dir)),
             import_paths=list(ctx.problem.entry.get("import_paths", [])),
-            cases=cases, entry=entry, sandbox=walls)
+            cases=cases, entry=entry, autotune=autotune or [], sandbox=walls)
         channel.send(request)
         ctx.progress(rung, what)
         if not channel.poll(timeout):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +52,7 @@ class TritonBackend:
         records: list[dict[str, Any]] = []
         launches = request.launches
         if request.cases:
-            noted, failed = dry_launches(request.entry, request.cases)
+            noted, failed = dry_launches(request.entry, request.cases, request.autotune)
             launches = with_cases(launches, noted)
             records += failed
         for launch in launches[:MAX_COMPILED]:
@@ -151,18 +152,20 @@ def rebuild(value: Any) -> Any:
     return value
 
 
-def dry_launches(entry: dict[str, Any] | None,
-                 cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict]]:
+def dry_launches(entry: dict[str, Any] | None, cases: list[dict[str, Any]],
+                 autotune: list[dict[str, Any]] | None = None,
+                 ) -> tuple[list[dict[str, Any]], list[dict]]:
     """Per case, the launches the version's entry makes on the case's meta inputs, each
     noted as the worker notes them and none run: [{"kind", "label", "launches"}]; and an
-    error record for each bench case whose launches could not be found so."""
+    error record for each bench case whose launches could not be found so. `autotune`: the
+    worker's chosen configs, taken again for the keys it tuned."""
     from krung.judge.rungs.artifacts.cases import decode
     from krung.worker.launches import LaunchLog
 
     entry = entry or {"kind": "function", "name": "kernel"}
     noted, failed = [], []
     log = [LaunchLog()]
-    with _noted_not_run(log):
+    with _noted_not_run(log, autotune or []):
         try:
             call = _entry(entry)
         except Exception as exc:  # the version's constructor on the meta device
@@ -228,19 +231,36 @@ def _entry(entry: dict[str, Any]) -> Any:
 
 
 @contextlib.contextmanager
-def _noted_not_run(log: list[Any]) -> Iterator[None]:
-    """Every Triton launch noted in `log[0]` and not run; @triton.autotune takes its first
-    config (there is no GPU to tune on, and a config chosen on the CPU says nothing)."""
+def _noted_not_run(log: list[Any], chosen: list[dict[str, Any]]) -> Iterator[None]:
+    """Every Triton launch noted in `log[0]` and not run. @triton.autotune takes the config
+    the worker's autotuner chose (`chosen`: its records) for the same kernel and key; for a
+    key it never tuned (a GPU-sized bench case), the one chosen for the kernel's largest
+    tuned key, the nearest stand-in; the first config where the kernel was never tuned."""
     from triton.runtime import autotuner, jit
 
+    from krung.worker.launches import plain
+
     original_run, original_bench = jit.JITFunction.run, autotuner.Autotuner._bench
+
+    def size(record: dict[str, Any]) -> int:
+        return math.prod(v for v in record["key"].values() if isinstance(v, int))
+
+    exact = {_tuned_key(c["kernel"], c["key"]): c["config"] for c in chosen}
+    largest = {c["kernel"]: c["config"] for c in sorted(chosen, key=size)}
 
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         if not warmup:
             log[0].note_interpreted(self.fn, args, kwargs, grid)
 
     def bench(self: Any, *args: Any, config: Any, **meta: Any) -> list[float]:
-        return [1.0, 1.0, 1.0]  # every config ties: the autotuner keeps the first
+        named = {**dict(zip(self.arg_names, args, strict=False)), **meta}
+        name = getattr(self.base_fn, "__name__", "kernel")
+        key = {k: plain(named[k]) for k in self.keys if k in named}
+        pick = exact.get(_tuned_key(name, key), largest.get(name))
+        offered = {k: plain(v) for k, v in config.all_kwargs().items() if v is not None}
+        if pick and all(offered.get(k) == v for k, v in pick.items()):
+            return [0.5, 0.5, 0.5]
+        return [1.0, 1.0, 1.0]  # the rest tie: the autotuner keeps the first of them
 
     jit.JITFunction.run = run
     autotuner.Autotuner._bench = bench
@@ -249,6 +269,10 @@ def _noted_not_run(log: list[Any]) -> Iterator[None]:
     finally:
         jit.JITFunction.run = original_run
         autotuner.Autotuner._bench = original_bench
+
+
+def _tuned_key(kernel: str, key: dict[str, Any]) -> str:
+    return json.dumps([kernel, key], sort_keys=True, default=str)
 
 
 def _not_found(message: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import socket
 import sys
 import textwrap
@@ -117,9 +118,53 @@ def test_a_version_cannot_write_to_the_problem_the_store_or_other_runs(
     result = krung("run", scale_problem, version("plants", source), "--json", "--rungs", RUNGS)
     assert result.code == 1, result.stdout + result.stderr
     failed = first_failure(result)
-    assert (failed["name"], failed["error_type"]) == ("compile", "PermissionError"), failed
+    # Where the store is hidden (a mount namespace), it is an empty read-only folder there.
+    hidden = where != "problem" and run_json(result)["env"]["sandbox"].get("hidden")
+    expected = {"store": "OSError", "other_run": "FileNotFoundError"}[where] if hidden else \
+        "PermissionError"
+    assert (failed["name"], failed["error_type"]) == ("compile", expected), failed
     assert "planted.py" in failed["error"], failed
     assert not (target / "planted.py").exists()
+
+
+READS = """
+    import os
+    from pathlib import Path
+    for path in {hidden!r}:  # another run's files, the database, the service's socket
+        assert not os.path.exists(path), path
+        try:  # nor through the judge's view of the file system
+            open(f"/proc/{{os.getppid()}}/root{{path}}").close()
+        except OSError:
+            pass
+        else:
+            raise AssertionError("read through /proc: " + path)
+    assert Path(__file__).read_text()  # its own copy, in its own run's folder
+    assert Path({problem!r}).read_text()  # the problem's folder stays readable
+    def kernel(x):
+        return x * 2 + 1
+"""
+
+
+@needs_landlock
+def test_a_version_cannot_read_other_runs_or_the_database(krung, scale_problem, version, store):
+    """Landlock governs writes; the worker's own mount namespace (a user namespace, no root)
+    hides the store's folder, its own run's folder mounted back."""
+    first = krung("run", scale_problem, version("first", "def kernel(x):\n    return x * 2 + 1"
+                                                          "\n"), "--json", "--rungs", "static")
+    other = store.parent / "runs" / run_json(first)["run_id"]
+    hidden = [str(p) for p in other.rglob("*") if p.is_file()] + [str(store)]
+    assert len(hidden) > 2, hidden
+    beside = scale_problem / "notes.txt"  # a data file beside the problem
+    beside.write_text(f"notes {random.random()}")
+    source = textwrap.dedent(READS).format(hidden=hidden, problem=str(beside))
+    result = krung("run", scale_problem, version("reads", source), "--json", "--rungs", RUNGS)
+    sandbox = run_json(result)["env"].get("sandbox")
+    assert sandbox, result.stdout + result.stderr
+    if "store" in sandbox:
+        pytest.skip(f"this machine cannot hide the store: {sandbox['store']}")
+    assert result.code == 0, result.stdout + result.stderr
+    assert sandbox["hidden"] == [str(store.parent)], sandbox
+    assert other.is_dir() and store.exists()  # hidden from the version alone
 
 
 CONNECTS = """
@@ -357,3 +402,21 @@ def test_the_worker_and_what_it_left_running_are_stopped_while_the_reference_is_
         assert call["ok"] and torch.equal(call["outputs"][0], x * 2 + 1)
     finally:
         candidate.close()
+
+
+def test_the_store_folder_is_hidden_whole_unless_the_worker_needs_what_is_beside_it(tmp_path):
+    """`.krung/krung.db` (the default): the whole folder. A store in a project's own folder,
+    beside the problem: its runs and database files alone."""
+    from krung.judge.candidate import hidden_store
+
+    name = f"s{random.randrange(1 << 20)}.db"
+    own = tmp_path / ".krung" / "runs" / "r1"
+    own.mkdir(parents=True)
+    problem = tmp_path / "problem"
+    hidden, keep = hidden_store(tmp_path / ".krung" / name, own, [problem])
+    assert hidden == [str(tmp_path / ".krung")]
+    assert keep == [str(own), str(tmp_path / ".krung" / "build_cache")]
+    (tmp_path / name).write_text("db")
+    (tmp_path / f"{name}-wal").write_text("wal")
+    hidden, _ = hidden_store(tmp_path / name, tmp_path / "runs" / "r2", [problem])
+    assert hidden == [str(tmp_path / "runs"), str(tmp_path / name), str(tmp_path / f"{name}-wal")]

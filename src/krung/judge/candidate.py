@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from krung.protocol import messages
+from krung.protocol import build_cache, messages
 from krung.protocol.channel import Channel, ChannelClosed, TooLarge, spawn
 from krung.protocol.errors import RungFailed
 
@@ -115,6 +115,27 @@ def cache_folders(env: dict[str, str]) -> list[str]:
         with contextlib.suppress(OSError):
             Path(folder).mkdir(parents=True, exist_ok=True)
     return folders
+
+
+def hidden_store(store: Path, run_dir: Path, needed: list[Path]) -> tuple[list[str], list[str]]:
+    """What of the store the version's process must not read (other runs' folders, with
+    their versions, and the database), and what of it stays (its own run's folder, the CUDA
+    C++ build cache): the store's whole folder (the service's socket too) where nothing the
+    worker needs lies beneath it, else its runs folder and database files alone."""
+    import sys
+
+    store = Path(os.path.abspath(store))
+    keep = [str(run_dir.resolve()), str(build_cache.root_for(run_dir.resolve()))]
+    needed = [*needed, Path(sys.prefix), *(Path(p) for p in sys.path if p)]
+    folder = store.parent
+    if not any(_beneath(Path(os.path.abspath(p)), folder) for p in needed):
+        return [str(folder)], keep
+    files = [store.with_name(store.name + tail) for tail in ("", "-wal", "-shm", "-journal")]
+    return [str(folder / "runs"), *(str(f) for f in files if f.exists())], keep
+
+
+def _beneath(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
 
 
 def kill_all() -> None:
@@ -267,6 +288,9 @@ class Candidate:
         self.sandbox: dict[str, Any] | None = None  # what the worker said applied, once loaded
         self.cache_dirs: list[str] = []
         self.walls = device == "cpu"  # Landlock asked for (KRUNG_SANDBOX: `raises_walls`)
+        # Hidden from the version behind the walls, and kept of them (`hidden_store`).
+        self.hidden: list[str] = []
+        self.keep: list[str] = []
 
     def start(self, preload: tuple[str, ...] = ()) -> None:
         """Start the worker; `preload`: DSL packages it imports before any version (it still
@@ -285,12 +309,21 @@ class Candidate:
             args.append("--cuda-ipc")
         if not self.prefix:  # CUPTI would collide with ncu's or compute-sanitizer's hooks
             args.append("--warm-profiler")
+        if self.cpu_only() and not self.prefix:  # where the store can be hidden at load
+            args.append("--private-mounts")
         for package in preload:
             args += ["--preload", package]
         _adopt_orphans()
         self.process, self.channel = spawn("krung.worker.serve", args, log=self.log, env=env,
                                            new_session=True, prefix=self.prefix, cwd=self.scratch)
         _STARTED.add(self)
+
+    def cpu_only(self) -> bool:
+        """Whether the worker will run on the CPU (`auto` on a machine with no NVIDIA GPU):
+        there alone it enters a mount namespace of its own for now (CUDA has not run in one
+        on the H200 yet)."""
+        return self.device == "cpu" or (self.device == "auto"
+                                        and not os.path.exists("/dev/nvidiactl"))
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -314,7 +347,7 @@ class Candidate:
             writable += [tempfile.gettempdir(), "/tmp"]
         # absolute: the worker resolves them in its scratch
         return {"writable": [os.path.abspath(w) for w in writable if w],
-                "network": bool(self.prefix)}
+                "network": bool(self.prefix), "hidden": self.hidden, "keep": self.keep}
 
     def move_log(self, path: Path) -> None:
         """Move the worker's log (it keeps writing to it) to `path`, in the run's folder."""
@@ -369,6 +402,8 @@ class Candidate:
         reply = self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
         if isinstance(reply, messages.Loaded):
             self.sandbox = reply.sandbox
+        elif isinstance(message, messages.Load) and isinstance(reply, messages.Failed):
+            self.sandbox = reply.sandbox or self.sandbox  # the import failed inside them
         return reply
 
     def _receive(self, what: str, timeout: float, expect: messages.Replies,

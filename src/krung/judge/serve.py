@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from krung.judge.candidate import Candidate, kill_all, raises_walls
+from krung.judge.candidate import Candidate, hidden_store, kill_all, raises_walls
 from krung.judge.ladder import RUNGS, Context, climb, derive_seed, rung_module
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
@@ -126,6 +126,8 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
         candidate.at_load = {"env": dump_env(run_dir)}
     candidate.writable = [dump_dir(run_dir, "cutedsl"), run_dir / ARTIFACTS]
     candidate.walls = raises_walls(settings.sandbox, device)
+    candidate.hidden, candidate.keep = hidden_store(
+        settings.store, run_dir, [Path(request.problem), solution.path.parent])
     if "artifacts" in request.rungs:  # a folder must be there for the sandbox to allow it
         (run_dir / ARTIFACTS).mkdir(exist_ok=True)
     pulse.send(messages.Env({"worker_pid": candidate.pid, "judge_pid": os.getpid()}))

@@ -277,6 +277,7 @@ class Failed(Reply):
     ok = False
     error: ErrorRecord
     builds: list[dict[str, Any]] | None = None  # CUDA C++ builds torch ran meanwhile
+    sandbox: dict[str, Any] | None = None  # a failed load: what the import ran inside
 
 
 @dataclass(frozen=True)

@@ -346,6 +346,83 @@ def landlock_abi() -> int:
     return max(int(abi), 0)
 
 
+# A mount namespace of the worker's own, entered without root (user namespaces), so that the
+# store can be hidden from the version: Landlock governs writes, not what may be read.
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429  # the same on x86-64 and arm64 (Linux 5.2)
+_OPEN_TREE_CLONE, _AT_RECURSIVE, _AT_FDCWD, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, -100, 4
+
+
+def private_mounts() -> str | None:
+    """Enter a user and mount namespace of this process's own (its uid and gid mapped to
+    themselves: its rights on files are unchanged), so that `hide` can later mount over
+    folders without root and without anyone else seeing it. The kernel allows it only while
+    the process has one thread: call it first. None, or why it could not be done."""
+    if sys.platform != "linux":
+        return "not Linux"
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        return f"{_failed('unshare(CLONE_NEWUSER | CLONE_NEWNS)')} (user namespaces refused)"
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(text)
+    except OSError as exc:
+        return f"mapping the user namespace: {exc}"
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return str(_failed("making the mounts private"))
+    return None
+
+
+def hide(paths: list[str], keep: list[str]) -> list[str]:
+    """Mount an empty read-only folder over each folder of `paths` (and /dev/null over each
+    file), in this process's own mount namespace (`private_mounts`), so that what they hold
+    cannot be read; each of `keep` beneath one is mounted back where it was. Before the walls:
+    Landlock forbids changing mounts once raised, so the version cannot undo it. The paths
+    hidden; OSError where the kernel refuses."""
+    libc = _libc()
+    hidden = []
+    for path in paths:
+        if os.path.isfile(path):
+            if libc.mount(b"/dev/null", path.encode(), None, _MS_BIND, None) != 0:
+                raise _failed(f"hiding {path}")
+            hidden.append(path)
+            continue
+        if not os.path.isdir(path):
+            continue
+        inside = [k for k in keep if os.path.isdir(k) and _beneath(k, path)]
+        trees = []  # copies of the kept folders' mounts, made before the folder is covered
+        for folder in inside:
+            fd = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, folder.encode(),
+                              _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC)
+            if fd < 0:
+                raise _failed(f"open_tree {folder}")
+            trees.append((folder, fd))
+        flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=0755,size=64k") != 0:
+            raise _failed(f"hiding {path}")
+        for folder, fd in trees:
+            os.makedirs(folder, exist_ok=True)  # in the empty folder: where it goes back
+            if libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, folder.encode(),
+                            _MOVE_MOUNT_F_EMPTY_PATH) < 0:
+                raise _failed(f"move_mount {folder}")
+            os.close(fd)
+        if libc.mount(b"tmpfs", path.encode(), None, _MS_REMOUNT | _MS_RDONLY | flags,
+                      None) != 0:
+            raise _failed(f"making {path} read-only")
+        hidden.append(path)
+    return hidden
+
+
+def _beneath(path: str, folder: str) -> bool:
+    return os.path.commonpath([os.path.abspath(path), os.path.abspath(folder)]) == \
+        os.path.abspath(folder)
+
+
 def restrict(writable: list[str], network: bool = False) -> dict[str, Any]:
     """Allow writes only beneath `writable` (folders; those missing are skipped) and, unless
     `network`, no TCP and no signals out of the sandbox. Returns what

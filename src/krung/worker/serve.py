@@ -37,12 +37,15 @@ from krung.protocol.tree import leaves, map_tensors
 
 
 class Worker:
-    def __init__(self, channel: Channel, device: str, preloaded: tuple[str, ...] = ()):
+    def __init__(self, channel: Channel, device: str, preloaded: tuple[str, ...] = (),
+                 private: str | None = "not asked for"):
         from krung.worker.guard import Sentinels, VersionThread, python_threads
 
         self.channel = channel
         self.device = device
         self.preloaded = preloaded  # DSL packages imported before the version (warm start)
+        self.private = private  # None once in a mount namespace of its own, else why not
+        self.sandbox: dict[str, Any] = {}  # what applied at load (the walls, what is hidden)
         self.sentinels = Sentinels()  # before any version code runs
         self.site = VersionThread()  # where the version's code runs, import and calls alike
         self.own_kernels: dict[int, str] = {}  # the version's own Triton kernels
@@ -78,7 +81,8 @@ class Worker:
                 reply = handler(request)
             except BaseException as exc:  # SystemExit and KeyboardInterrupt too: report them
                 stage = "load" if isinstance(request, messages.Load) else "call"
-                reply = messages.Failed(self.explain(exc, stage))
+                reply = messages.Failed(self.explain(exc, stage),
+                                        sandbox=self.sandbox if stage == "load" else None)
             self.channel.send(reply)
 
     def explain(self, exc: BaseException, stage: str) -> Any:
@@ -105,8 +109,10 @@ class Worker:
         # torch is in; the version not yet. Landlock binds the thread that asks (and what it
         # starts later): the version's thread, where its code runs, and this one, where signal
         # handlers it installs would run.
-        sandbox = self.site.run(raise_walls, (request.sandbox,))
+        hidden = hide_store(request.sandbox, self.private)  # before the walls forbid mounts
+        sandbox = {**self.site.run(raise_walls, (request.sandbox,)), **hidden}
         raise_walls(request.sandbox)
+        self.sandbox = sandbox
         before = set(sys.modules)
         try:
             module = self.site.run(import_version, (Path(request.path), self.solution,
@@ -426,6 +432,21 @@ def raise_walls(asked: dict[str, Any] | None) -> dict[str, Any]:
         return {"sandbox": "none", "why": str(exc)}
 
 
+def hide_store(asked: dict[str, Any] | None, private: str | None) -> dict[str, Any]:
+    """Hide what the judge names of the store (other runs' folders, the database) in the
+    worker's own mount namespace; what applied, for the run's `env.sandbox`."""
+    if not asked or not asked.get("hidden"):
+        return {}
+    if private is not None:
+        return {"store": f"readable: no mount namespace of its own ({private})"}
+    from krung.worker.guard import hide
+
+    try:
+        return {"hidden": hide(asked["hidden"], asked.get("keep", []))}
+    except OSError as exc:
+        return {"store": f"readable: {exc}"}
+
+
 def move_to(cwd: str) -> None:
     """Work in `cwd`, as a process started there would: its path entry (`python -m` puts the
     start directory first on sys.path) follows."""
@@ -495,9 +516,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
     parser.add_argument("--preload", action="append", default=[],
                         help="a DSL package to import before any version (a warm start)")
+    parser.add_argument("--private-mounts", action="store_true",
+                        help="enter a mount namespace of its own (the store hidden at load)")
     args = parser.parse_args(argv)
-    from krung.worker.guard import adopt_orphans
+    from krung.worker.guard import adopt_orphans, private_mounts
 
+    # First: the kernel makes a user namespace only for a process of one thread.
+    private = private_mounts() if args.private_mounts else "not asked for"
     adopt_orphans()  # what the version double-forks stays below the worker, to be ended with it
     # A print flood (or any runaway file) ends the worker with SIGXFSZ at this size.
     resource.setrlimit(resource.RLIMIT_FSIZE, (args.max_file_bytes, args.max_file_bytes))
@@ -521,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
 
             warm_profiler(wait=bool(args.preload))  # started ahead: it has the time
     channel.send(messages.Hello(pid=os.getpid(), **describe_device(device)))
-    Worker(channel, device, preloaded).serve()
+    Worker(channel, device, preloaded, private).serve()
 
 
 if __name__ == "__main__":

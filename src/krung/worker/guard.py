@@ -353,6 +353,7 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429  # the same on x86-64 and arm64 (Linux 5.2)
 _OPEN_TREE_CLONE, _AT_RECURSIVE, _AT_FDCWD, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, -100, 4
+_MNT_DETACH = 2
 
 
 def private_mounts() -> str | None:
@@ -405,15 +406,21 @@ def hide(paths: list[str], keep: list[str]) -> list[str]:
         flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
         if libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=0755,size=64k") != 0:
             raise _failed(f"hiding {path}")
-        for folder, fd in trees:
-            os.makedirs(folder, exist_ok=True)  # in the empty folder: where it goes back
-            if libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, folder.encode(),
-                            _MOVE_MOUNT_F_EMPTY_PATH) < 0:
-                raise _failed(f"move_mount {folder}")
-            os.close(fd)
-        if libc.mount(b"tmpfs", path.encode(), None, _MS_REMOUNT | _MS_RDONLY | flags,
-                      None) != 0:
-            raise _failed(f"making {path} read-only")
+        try:
+            for folder, fd in trees:
+                os.makedirs(folder, exist_ok=True)  # in the empty folder: where it goes back
+                if libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, folder.encode(),
+                                _MOVE_MOUNT_F_EMPTY_PATH) < 0:
+                    raise _failed(f"move_mount {folder}")
+            if libc.mount(b"tmpfs", path.encode(), None, _MS_REMOUNT | _MS_RDONLY | flags,
+                          None) != 0:
+                raise _failed(f"making {path} read-only")
+        except OSError:  # all or nothing: the run's own folder must not stay covered
+            libc.umount2(path.encode(), _MNT_DETACH)
+            raise
+        finally:
+            for _, fd in trees:
+                os.close(fd)
         hidden.append(path)
     return hidden
 

@@ -191,6 +191,129 @@ def test_a_version_cannot_connect_over_tcp(krung, scale_problem, version):
     assert (failed["name"], failed["error_type"]) == ("compile", "PermissionError"), failed
 
 
+SECCOMP = sys.platform == "linux" and os.uname().machine in ("x86_64", "aarch64")
+needs_seccomp = pytest.mark.skipif(not SECCOMP, reason="krung's seccomp filter is for Linux on "
+                                   "x86-64 or aarch64 only: elsewhere IP sockets stay open")
+
+# Checks the filter in a process of its own: a thread started before it (as torch's are)
+# and the main thread both lose IP sockets, unix sockets stay, io_uring cannot be set up
+# (without the filter, the null parameters make it EFAULT).
+FILTERED = """
+import ctypes, json, os, socket, sys, threading
+from krung.worker.seccomp import deny_ip_sockets
+
+go, seen = threading.Event(), {}
+def early():
+    go.wait()
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
+        seen["thread"] = "opened"
+    except PermissionError:
+        seen["thread"] = "PermissionError"
+thread = threading.Thread(target=early)
+thread.start()
+applied = deny_ip_sockets()
+go.set()
+thread.join()
+if applied["ip_sockets"] == "denied":
+    for name, family, kind in [("udp", socket.AF_INET, socket.SOCK_DGRAM),
+                               ("tcp6", socket.AF_INET6, socket.SOCK_STREAM)]:
+        try:
+            socket.socket(family, kind).close()
+            seen[name] = "opened"
+        except PermissionError:
+            seen[name] = "PermissionError"
+    left, right = socket.socketpair()
+    left.sendall(b"unix")
+    seen["socketpair"] = right.recv(4).decode()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(ctypes.c_long(425), ctypes.c_long(8), None) < 0:
+        seen["io_uring_setup"] = os.strerror(ctypes.get_errno())
+print(json.dumps({"applied": applied, "seen": seen}))
+"""
+
+
+def _filtered() -> dict:
+    """FILTERED's report, from a process of its own."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", FILTERED], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    if report["applied"]["ip_sockets"] != "denied":
+        pytest.skip(f"this kernel refused the seccomp filter: {report['applied']}")
+    return report
+
+
+@needs_seccomp
+def test_the_seccomp_filter_denies_ip_sockets_to_every_thread():
+    report = _filtered()
+    assert report["seen"] == {"thread": "PermissionError", "udp": "PermissionError",
+                              "tcp6": "PermissionError", "socketpair": "unix",
+                              "io_uring_setup": os.strerror(1)}, report
+
+
+# Sends a UDP datagram to the test's socket, at import or in its kernel.
+SENDS_UDP = """
+    import socket
+    def send():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.sendto(b"outputs", ("127.0.0.1", {port}))
+    if {at_import}:
+        send()
+    def kernel(x):
+        send()
+        return x * 2 + 1
+"""
+
+
+@needs_seccomp
+@pytest.mark.parametrize(("at_import", "rung"), [(True, "compile"), (False, "run")],
+                         ids=["import", "kernel"])
+def test_a_version_cannot_send_udp(krung, scale_problem, version, at_import, rung):
+    _filtered()  # skips where the kernel refuses the filter
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(0.1)
+        source = textwrap.dedent(SENDS_UDP).format(port=listener.getsockname()[1],
+                                                   at_import=at_import)
+        result = krung("run", scale_problem, version("sends_udp", source), "--json",
+                       "--rungs", RUNGS)
+        with pytest.raises(TimeoutError):
+            listener.recvfrom(64)
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == (rung, "PermissionError"), failed
+    if not at_import:  # a version that failed its import has no env.sandbox to show
+        sandbox = run_json(result)["env"]["sandbox"]
+        assert sandbox["network"] == ("no TCP, no IP sockets" if ABI >= 4 else "no IP sockets")
+
+
+# Talks to itself over a unix socketpair in its kernel (as a library's helper process might).
+SOCKETPAIR = """
+    import socket
+    import torch
+    def kernel(x):
+        left, right = socket.socketpair()
+        with left, right:
+            left.sendall(x.contiguous().view(torch.uint8).numpy().tobytes())
+            data = b""
+            while len(data) < x.numel() * x.element_size():
+                data += right.recv(1 << 16)
+        y = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(x.dtype).reshape(x.shape)
+        return y * 2 + 1
+"""
+
+
+@needs_seccomp
+def test_an_honest_version_may_use_a_unix_socketpair(krung, scale_problem, version):
+    result = krung("run", scale_problem, version("socketpair", textwrap.dedent(SOCKETPAIR)),
+                   "--json", "--rungs", "static,compile,run,correctness")
+    assert result.code == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert run_json(result)["env"]["sandbox"]["ip_sockets"] == "denied"
+
+
 PLANTED = "krung_sandbox_planted"
 INSTALLS = """
     import subprocess, sys

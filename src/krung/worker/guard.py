@@ -26,7 +26,9 @@ version) still compares every output itself.
   Landlock, where the kernel has it (no root needed). The process and everything it starts
   may read anything but write only the folders it is given (its scratch, the shared caches,
   the run's artifact folders, /dev); from Landlock ABI 4 it may neither connect nor bind a
-  TCP port; from ABI 6 it may not signal processes outside its sandbox.
+  TCP port; from ABI 6 it may not signal processes outside its sandbox. Beside Landlock (and
+  without it, where the kernel lacks it), a seccomp filter (krung.worker.seccomp) refuses
+  every IP socket, UDP and raw ones too.
 
 Stdlib (ctypes too) and torch only: this module is imported by the worker.
 """
@@ -432,8 +434,27 @@ def _beneath(path: str, folder: str) -> bool:
 
 def restrict(writable: list[str], network: bool = False) -> dict[str, Any]:
     """Allow writes only beneath `writable` (folders; those missing are skipped) and, unless
-    `network`, no TCP and no signals out of the sandbox. Returns what
-    applied: {"sandbox": "landlock" | "none", "landlock_abi", "writable", "network", ...}."""
+    `network`, no TCP and no signals out of the sandbox (Landlock), and no IP socket at all
+    (seccomp: krung.worker.seccomp). The filter goes up whenever `network` is off, Landlock
+    or not: it needs neither Landlock nor root, and a version that could not write outside
+    its scratch but could send UDP would still reach the network. Returns what applied:
+    {"sandbox": "landlock" | "none", "landlock_abi", "writable", "network", "ip_sockets",
+    ...}; never raises (a wall the kernel refuses is reported as not applied)."""
+    try:
+        applied = _landlock(writable, network)
+    except OSError as exc:  # Landlock refused: the filter still goes up
+        applied = {"sandbox": "none", "why": str(exc)}
+    if not network:
+        from krung.worker.seccomp import deny_ip_sockets
+
+        applied.update(deny_ip_sockets())
+        if applied["ip_sockets"] == "denied":
+            tcp = applied.get("network") == "no TCP"
+            applied["network"] = "no TCP, no IP sockets" if tcp else "no IP sockets"
+    return applied
+
+
+def _landlock(writable: list[str], network: bool) -> dict[str, Any]:
     import ctypes
 
     class RulesetAttr(ctypes.Structure):

@@ -21,7 +21,9 @@ from krung.protocol import messages
 from krung.protocol.channel import Channel
 
 
-def build(request: messages.Build) -> messages.Reply:
+def build(request: messages.Build, private: str | None = "not asked for") -> messages.Reply:
+    """`private`: None where this process entered a mount namespace of its own at its start
+    (the store can be hidden), else why not."""
     from krung.judge.rungs.artifacts.target import backends
     from krung.worker.serve import import_version
 
@@ -32,8 +34,9 @@ def build(request: messages.Build) -> messages.Reply:
     # Files the problem's format lets a version import (GPU MODE's task.py, utils.py).
     sys.path.extend(p for p in request.import_paths if p not in sys.path)
     if request.sandbox:  # the worker's walls (krung.worker.guard.restrict), before the import
-        from krung.worker.serve import raise_walls
+        from krung.worker.serve import hide_store, raise_walls
 
+        hide_store(request.sandbox, private)  # the store, as the worker hides it
         raise_walls(request.sandbox)
     try:
         shown = Path(request.shown_as) if request.shown_as else None
@@ -53,14 +56,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m krung.judge.rungs.artifacts.build")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
+    parser.add_argument("--private-mounts", action="store_true",
+                        help="enter a mount namespace of its own (the store hidden)")
     args = parser.parse_args(argv)
+    from krung.worker.guard import private_mounts
+
+    # First: the kernel makes a user namespace only for a process of one thread.
+    private = private_mounts() if args.private_mounts else "not asked for"
     resource.setrlimit(resource.RLIMIT_FSIZE, (args.max_file_bytes, args.max_file_bytes))
     faulthandler.enable()
     channel = Channel.from_fd(args.fd)
     import torch  # noqa: F401 (now, while the judge makes the cases' shapes for the request)
 
     try:
-        reply = build(channel.recv(expect=messages.TO_BUILD))
+        reply = build(channel.recv(expect=messages.TO_BUILD), private)
     except Exception as exc:
         reply = messages.Failed({"type": type(exc).__name__, "message": str(exc),
                                  "details": traceback.format_exc()[-8000:]})

@@ -53,11 +53,13 @@ def test_the_worker_environment_is_an_allow_list(tmp_path):
         "/usr/bin", "C.UTF-8", "3")
     assert env["TRITON_PRINT_AUTOTUNING"] == "1"
     assert env["HOME"] == env["TMPDIR"] == str(scratch)
-    assert env["TRITON_CACHE_DIR"] == str(cache / "triton")
+    # the caches: the worker's own until its version is known (test_version_caches.py)
+    assert env["TRITON_CACHE_DIR"] == str(scratch / "cache" / "triton")
     assert env["PYTHONPATH"] == os.path.abspath("rel/src")  # the worker starts elsewhere
-    # a cache the caller chose is kept
-    chosen = worker_env(scratch, cache, {**environ, "TRITON_CACHE_DIR": "/fast/triton"})
-    assert chosen["TRITON_CACHE_DIR"] == "/fast/triton"
+    # a cache the caller chose holds the version's beneath it
+    chosen = worker_env(scratch, cache, {**environ, "TRITON_CACHE_DIR": "/fast/triton"},
+                        sha256="ab" * 32)
+    assert chosen["TRITON_CACHE_DIR"] == "/fast/triton/krung-versions/" + "ab" * 8
 
 
 HONEST_SCRATCH = """
@@ -370,7 +372,7 @@ ESCAPES = """
             os.setsid()
             if os.fork() == 0:
                 for _ in range(1200):
-                    with open({beat!r}, "w") as f:
+                    with open(os.path.join(os.environ["XDG_CACHE_HOME"], "beat"), "w") as f:
                         f.write(str(os.getpid()))
                     time.sleep(0.05)
         finally:
@@ -383,13 +385,13 @@ ESCAPES = """
 @pytest.mark.parametrize("clear_subreaper", [False, True], ids=["double_fork", "subreaper_off"])
 def test_a_double_forked_sleeper_ends_with_its_run(krung, scale_problem, version, tmp_path,
                                                    clear_subreaper):
-    # The workers' shared cache is one folder they may write to, and the test can read.
+    # The version's own cache folder is one it may write to, and the test can read.
     cache = tmp_path / "cache"
-    beat = cache / "krung" / "worker" / "beat"
-    source = textwrap.dedent(ESCAPES).format(beat=str(beat), clear_subreaper=clear_subreaper)
+    source = textwrap.dedent(ESCAPES).format(clear_subreaper=clear_subreaper)
     result = krung("run", scale_problem, version("escapes", source), "--json", "--rungs", RUNGS,
                    env={"XDG_CACHE_HOME": str(cache)})
     assert result.code == 0, result.stdout + result.stderr
+    [beat] = (cache / "krung" / "worker" / "versions").glob("*/beat")
     pid = int(beat.read_text())
     time.sleep(0.3)
     before = beat.stat().st_mtime_ns

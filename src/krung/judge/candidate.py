@@ -13,15 +13,16 @@ service starts its worker in advance): what the version's import needs from the 
 The worker is fenced in (docs/trust.md): it gets an allow-listed environment (`worker_env`: no
 KRUNG_* setting, no store path; HOME and TMPDIR in a scratch folder of its own, which is also
 the version's working directory), and on loading the version it raises its own walls
-(krung.worker.guard.restrict: writes only to its scratch, the workers' shared caches, the folders it
-is given and /dev; no TCP). Ending it ends everything below it, even what the version moved
-to a session of its own or double-forked (`end_tree`).
+(krung.worker.guard.restrict: writes only to its scratch, the version's own compile caches
+(`version_caches`), the folders it is given and /dev; no TCP). Ending it ends everything
+below it, even what the version moved to a session of its own or double-forked (`end_tree`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import re
 import shutil
@@ -61,15 +62,20 @@ KEPT_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "L
 KEPT_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "NVCC_", "TRITON_", "TORCH_",
                  "TORCHINDUCTOR_", "PYTORCH_", "CUTE_DSL_", "CUTLASS_", "TILELANG_", "TVM_",
                  "OMP_", "MKL_", "OPENBLAS_", "CUBLAS_", "CUDNN_")
-# The compile caches every worker shares, so compiles stay warm from run to run: the
-# workers' own, apart from the judge's (a version can write to them; the judge, which
-# runs the reference, never reads them). A variable the caller set wins.
-SHARED_CACHES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
-                 "CUDA_CACHE_PATH": "nv", "TILELANG_CACHE_DIR": "tilelang"}
+# The compile caches a version fills are its own, named by its content (docs/trust.md): the
+# same version evaluated again finds them warm, and no version can plant an entry that another
+# version's run loads. XDG_CACHE_HOME (torch's kernel cache, torch_extensions, ...) is the
+# version's folder itself. The judge, which runs the reference, reads none of them.
+VERSION_CACHES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+                  "TILELANG_CACHE_DIR": "tilelang"}
+# A cache the caller chose (shared with the judge and their other tools) keeps the versions'
+# folders in this folder beneath it; neither the cache nor this folder is writable to a version.
+BENEATH_CHOSEN = "krung-versions"
 
 
 def worker_cache() -> Path:
-    """The workers' shared cache folder: krung/worker under the user's cache folder."""
+    """The workers' cache folder: krung/worker under the user's cache folder (the versions'
+    compile caches are in its `versions/`)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     folder = Path(base) / "krung" / "worker"
     try:
@@ -80,18 +86,47 @@ def worker_cache() -> Path:
     return folder
 
 
-def worker_env(scratch: Path, cache: Path, environ: dict[str, str] | None = None
-               ) -> dict[str, str]:
+def version_caches(cache: Path, sha256: str, environ: dict[str, str] | None = None
+                   ) -> dict[str, str]:
+    """The environment that gives the version whose bytes have `sha256` compile caches of its
+    own: `caches_in` `cache`/versions/<its sha256's first 16 hex digits>; a cache `environ`
+    (this process's) names instead (TORCH_EXTENSIONS_DIR too) gets the version's folder
+    beneath it."""
+    environ = os.environ if environ is None else environ
+    name = sha256[:16]
+    env = caches_in(cache / "versions" / name)
+    for variable in (*VERSION_CACHES, "TORCH_EXTENSIONS_DIR"):
+        if environ.get(variable):
+            env[variable] = str(Path(environ[variable]) / BENEATH_CHOSEN / name)
+    return env
+
+
+def caches_in(folder: Path) -> dict[str, str]:
+    """XDG_CACHE_HOME `folder`, with Triton's, inductor's and TileLang's caches in it."""
+    return {"XDG_CACHE_HOME": str(folder),
+            **{variable: str(folder / name) for variable, name in VERSION_CACHES.items()}}
+
+
+def worker_env(scratch: Path, cache: Path, environ: dict[str, str] | None = None,
+               sha256: str | None = None) -> dict[str, str]:
     """The worker's environment: the allow-listed variables of `environ` (this process's),
-    HOME and TMPDIR in `scratch`, the compile caches and XDG_CACHE_HOME in `cache`, and the
-    user's site-packages where they were (HOME moved)."""
+    HOME and TMPDIR in `scratch`, the compile caches of the version with `sha256` in `cache`
+    (`version_caches`), and the user's site-packages where they were (HOME moved). Without
+    `sha256` (a worker started before its version is known, which the `load` request tells
+    the caches) and for CUDA's JIT cache, which CUDA reads once when it starts, the caches
+    are the worker's own, in its scratch, gone with it."""
     import site
 
     environ = dict(os.environ if environ is None else environ)
     env = {k: v for k, v in environ.items()
            if k in KEPT_VARIABLES or k.startswith(KEPT_PREFIXES)}
-    env.update(HOME=str(scratch), TMPDIR=str(scratch), XDG_CACHE_HOME=str(cache),
-               PYTHONUNBUFFERED="1")
+    env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONUNBUFFERED="1",
+               CUDA_CACHE_PATH=str(scratch / "nv"))
+    if sha256:
+        env.update(version_caches(cache, sha256, environ))
+    else:
+        env.update(caches_in(scratch / "cache"))
+        env.pop("TORCH_EXTENSIONS_DIR", None)  # torch's default: beneath XDG_CACHE_HOME
     # The worker starts in its scratch: the import path must not depend on this process's
     # working directory (a relative PYTHONPATH, or krung importable from here only).
     paths = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -101,16 +136,14 @@ def worker_env(scratch: Path, cache: Path, environ: dict[str, str] | None = None
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     env.setdefault("PYTHONUSERBASE", site.getuserbase())
-    for variable, folder in SHARED_CACHES.items():
-        env.setdefault(variable, str(cache / folder))
     return env
 
 
 def cache_folders(env: dict[str, str]) -> list[str]:
-    """The compile caches a worker's environment names, the caller's own too (a
-    TORCH_EXTENSIONS_DIR or TRITON_CACHE_DIR set by hand): writable inside the walls, so
-    made now (the walls allow only folders that exist)."""
-    folders = [env[v] for v in (*SHARED_CACHES, "TORCH_EXTENSIONS_DIR") if env.get(v)]
+    """The compile caches a worker's environment names (`version_caches`): writable inside
+    the walls, so made now (the walls allow only folders that exist)."""
+    folders = [env[v] for v in ("XDG_CACHE_HOME", *VERSION_CACHES, "TORCH_EXTENSIONS_DIR",
+                                "CUDA_CACHE_PATH") if env.get(v)]
     for folder in folders:
         with contextlib.suppress(OSError):
             Path(folder).mkdir(parents=True, exist_ok=True)
@@ -335,14 +368,13 @@ class Candidate:
             yield
 
     def sandbox_request(self, build_cache: str | None) -> dict[str, Any] | None:
-        """Where the version's process may write: its scratch, the workers' caches, the run's
+        """Where the version's process may write: its scratch, its compile caches, the run's
         folders it was given, torch's build cache (CUDA C++), /dev (the GPU, shared memory).
         Under a tool (ncu, compute-sanitizer), whose part inside the worker talks to the tool
         and keeps its lock files where it chooses, TCP and the temp folder stay open too."""
         if not self.walls:
             return None
-        writable = [self.scratch, self.cache, *self.cache_dirs, *self.writable, build_cache,
-                    "/dev"]
+        writable = [self.scratch, *self.cache_dirs, *self.writable, build_cache, "/dev"]
         if self.prefix:
             writable += [tempfile.gettempdir(), "/tmp"]
         # absolute: the worker resolves them in its scratch
@@ -393,7 +425,8 @@ class Candidate:
         self.hello(timeout)
         assert self.channel is not None
         if isinstance(message, messages.Load):
-            message = dataclasses.replace(message, **self.at_load, cwd=str(self.scratch),
+            at_load = self._version_env(message)  # before the walls: they name its caches
+            message = dataclasses.replace(message, **at_load, cwd=str(self.scratch),
                                           sandbox=self.sandbox_request(message.build_cache))
         try:
             self.channel.send(message)
@@ -405,6 +438,14 @@ class Candidate:
         elif isinstance(message, messages.Load) and isinstance(reply, messages.Failed):
             self.sandbox = reply.sandbox or self.sandbox  # the import failed inside them
         return reply
+
+    def _version_env(self, load: messages.Load) -> dict[str, Any]:
+        """`at_load`, its environment with the compile caches of the version `load` names
+        (`version_caches`), which become the version's writable caches (`cache_dirs`)."""
+        sha256 = load.sha256 or hashlib.sha256(Path(load.path).read_bytes()).hexdigest()
+        caches = version_caches(self.cache, sha256, {**os.environ, **self.extra_env})
+        self.cache_dirs = cache_folders(caches)
+        return {**self.at_load, "env": {**(self.at_load.get("env") or {}), **caches}}
 
     def _receive(self, what: str, timeout: float, expect: messages.Replies,
                  max_tensor_bytes: int | None = None, limit: str = "--timeout") -> Any:

@@ -24,7 +24,7 @@ version) still compares every output itself.
   judge finds and ends it with the run (krung.judge.candidate.end_tree).
 - `restrict`: the walls raised before the version is imported, which it cannot take down:
   Landlock, where the kernel has it (no root needed). The process and everything it starts
-  may read anything but write only the folders it is given (its scratch, the shared caches,
+  may read anything but write only the folders it is given (its scratch, its own compile caches,
   the run's artifact folders, /dev); from Landlock ABI 4 it may neither connect nor bind a
   TCP port; from ABI 6 it may not signal processes outside its sandbox. Beside Landlock (and
   without it, where the kernel lacks it), a seccomp filter (krung.worker.seccomp) refuses

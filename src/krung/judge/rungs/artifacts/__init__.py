@@ -222,11 +222,11 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     # The version's code runs there (its import, its entry on the cases' shapes): fenced as
     # the worker is (docs/trust.md): allow-listed environment, a scratch folder, the walls.
     scratch, cache = Path(tempfile.mkdtemp(prefix="krung-build-")), worker_cache()
-    env = worker_env(scratch, cache)
+    env = worker_env(scratch, cache, sha256=ctx.solution.sha256)  # the version's own caches
     env.pop("TRITON_INTERPRET", None)
     walls = None
     if raises_walls(ctx.settings.sandbox, ctx.device):
-        walls = {"writable": [str(scratch), str(cache), *cache_folders(env), str(out_dir),
+        walls = {"writable": [str(scratch), *cache_folders(env), str(out_dir),
                               str(build_cache.root_for(ctx.run_dir)), "/dev"]}
     process, channel = spawn("krung.judge.rungs.artifacts.build",
                              ["--max-file-bytes", str(ctx.settings.max_file_bytes)],

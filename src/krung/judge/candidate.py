@@ -108,13 +108,16 @@ def caches_in(folder: Path) -> dict[str, str]:
 
 
 def worker_env(scratch: Path, cache: Path, environ: dict[str, str] | None = None,
-               sha256: str | None = None) -> dict[str, str]:
+               sha256: str | None = None, shared: bool = False) -> dict[str, str]:
     """The worker's environment: the allow-listed variables of `environ` (this process's),
     HOME and TMPDIR in `scratch`, the compile caches of the version with `sha256` in `cache`
     (`version_caches`), and the user's site-packages where they were (HOME moved). Without
     `sha256` (a worker started before its version is known, which the `load` request tells
     the caches) and for CUDA's JIT cache, which CUDA reads once when it starts, the caches
-    are the worker's own, in its scratch, gone with it."""
+    are the worker's own, in its scratch, gone with it. `shared`, for a worker that raises
+    no walls (a GPU's, unless KRUNG_SANDBOX=on), where caches of its own would protect
+    nothing: the workers' shared caches in `cache`, so that Triton's launchers and driver
+    stubs, compiled with the host compiler, stay warm from one version to the next."""
     import site
 
     environ = dict(os.environ if environ is None else environ)
@@ -124,6 +127,10 @@ def worker_env(scratch: Path, cache: Path, environ: dict[str, str] | None = None
                CUDA_CACHE_PATH=str(scratch / "nv"))
     if sha256:
         env.update(version_caches(cache, sha256, environ))
+    elif shared:
+        env["XDG_CACHE_HOME"] = str(cache)
+        for variable, name in VERSION_CACHES.items():
+            env.setdefault(variable, str(cache / name))
     else:
         env.update(caches_in(scratch / "cache"))
         env.pop("TORCH_EXTENSIONS_DIR", None)  # torch's default: beneath XDG_CACHE_HOME
@@ -332,7 +339,9 @@ class Candidate:
         # channel's receive buffers too (a 128 MiB input took 27 s to arrive). The worker
         # poisons the allocations of the version's checked calls alone (guard.poisoned).
         self.scratch = Path(tempfile.mkdtemp(prefix="krung-worker-"))
-        env = {**worker_env(self.scratch, self.cache), **self.extra_env}
+        # Caches of its own where it will raise walls (then named by its version at load).
+        env = {**worker_env(self.scratch, self.cache, shared=not self.cpu_only()),
+               **self.extra_env}
         self.cache_dirs = cache_folders(env)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
@@ -441,7 +450,10 @@ class Candidate:
 
     def _version_env(self, load: messages.Load) -> dict[str, Any]:
         """`at_load`, its environment with the compile caches of the version `load` names
-        (`version_caches`), which become the version's writable caches (`cache_dirs`)."""
+        (`version_caches`), which become the version's writable caches (`cache_dirs`); where
+        no walls are raised, the caches the worker started with."""
+        if not self.walls:
+            return self.at_load
         sha256 = load.sha256 or hashlib.sha256(Path(load.path).read_bytes()).hexdigest()
         caches = version_caches(self.cache, sha256, {**os.environ, **self.extra_env})
         self.cache_dirs = cache_folders(caches)

@@ -154,9 +154,10 @@ class Settings:
         one_of(INPUT_CHANGE_MODES, "a mode of the timed input changes"))
     sandbox: str = setting(
         "cpu", "KRUNG_SANDBOX",
-        "the Landlock walls a worker raises before importing the version (it writes only to "
+        "the walls a worker raises before importing the version (Landlock: it writes only to "
         "its scratch folder, the version's own compile caches and the run's folders it is "
-        "given; no TCP): cpu (CPU workers only, the default until the GPU stack is measured "
+        "given; seccomp: no IP sockets; on a CPU, the store hidden in a mount namespace of "
+        "its own): cpu (CPU workers only, the default until the GPU stack is measured "
         "under them on the H200), on (everywhere) or off; the allow-listed environment and "
         "the scratch folder hold in every mode",
         one_of(INPUT_CHANGE_MODES, "a mode of the worker's sandbox"))

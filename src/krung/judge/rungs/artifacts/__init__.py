@@ -213,6 +213,7 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     from krung.judge.candidate import (
         cache_folders,
         end_tree,
+        hidden_store,
         raises_walls,
         worker_cache,
         worker_env,
@@ -222,14 +223,21 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     # The version's code runs there (its import, its entry on the cases' shapes): fenced as
     # the worker is (docs/trust.md): allow-listed environment, a scratch folder, the walls.
     scratch, cache = Path(tempfile.mkdtemp(prefix="krung-build-")), worker_cache()
-    env = worker_env(scratch, cache, sha256=ctx.solution.sha256)  # the version's own caches
+    fenced = raises_walls(ctx.settings.sandbox, ctx.device)
+    # the version's own caches where the walls protect them, else the workers' shared ones
+    env = worker_env(scratch, cache, sha256=ctx.solution.sha256 if fenced else None,
+                     shared=not fenced)
     env.pop("TRITON_INTERPRET", None)
-    walls = None
-    if raises_walls(ctx.settings.sandbox, ctx.device):
+    walls, args = None, ["--max-file-bytes", str(ctx.settings.max_file_bytes)]
+    if fenced:
+        hidden, keep = hidden_store(ctx.settings.store, ctx.run_dir,
+                                    [ctx.problem.path, ctx.solution.path.parent])
         walls = {"writable": [str(scratch), *cache_folders(env), str(out_dir),
-                              str(build_cache.root_for(ctx.run_dir)), "/dev"]}
-    process, channel = spawn("krung.judge.rungs.artifacts.build",
-                             ["--max-file-bytes", str(ctx.settings.max_file_bytes)],
+                              str(build_cache.root_for(ctx.run_dir)), "/dev"],
+                 "hidden": hidden, "keep": keep}
+        if ctx.device == "cpu":  # where the store can be hidden (as in the worker)
+            args.append("--private-mounts")
+    process, channel = spawn("krung.judge.rungs.artifacts.build", args,
                              log=ctx.run_dir / "build.log", env=env, new_session=True,
                              cwd=scratch)
     timeout = 2 * ctx.settings.compile_timeout_s

@@ -106,3 +106,34 @@ def test_the_record_of_scaled_cases_names_only_what_changed():
     assert after == [{"n": 32, "cond": 0, "batch": 64}, {"n": 416, "cond": 4, "batch": 1}]
     assert case_changes(before, after) == {"n": "32..4096 -> 32..416",
                                            "batch": "1..640 -> 1..64"}
+
+
+CHAINED = """
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    batch_size = 16
+    height = width = SIDE
+    shape = (height, width)
+
+    def get_inputs():
+        return [torch.randn(batch_size, 3, *shape)]
+
+    def get_init_inputs():
+        return []
+"""
+
+
+def test_a_chained_assignment_sets_sizes_that_move_apart(tmp_path):
+    """`height = width = 256` (15 KernelBench level-2 files): both are sizes, each its own."""
+    side = random.choice([128, 256, 512])
+    path = write(tmp_path / "7_Chained.py", CHAINED.replace("SIDE", str(side)))
+    constants = Constants(path, import_file(path, f"krung_test_chained_{random.randrange(1 << 30)}"))
+    assert constants.base["height"] == constants.base["width"] == side
+    assert constants.roots(["shape"]) == ["height", "width"]
+    moved = side // 2 + 1
+    assert constants.derive({"height": moved}) == {"height": moved, "shape": (moved, side)}
+    assert constants.derive({"height": 9, "width": 11})["shape"] == (9, 11)

@@ -23,9 +23,10 @@ from typing import Any
 
 @dataclass
 class Assignment:
-    targets: list[str]  # `a = ...` or `a, b, c = ...`
+    targets: list[str]  # `a = ...`, `a, b, c = ...`, or `a = b = ...` (`chained`)
     value: ast.expr
     reads: list[str]  # the module-level constants the value reads, in order
+    chained: bool = False  # every target gets the whole value (`height = width = 256`)
 
 
 class Constants:
@@ -37,9 +38,10 @@ class Constants:
         self.module = module
         found = []
         for node in tree.body:
-            targets = _targets(node)
+            targets, chained = _targets(node)
             if targets and node.value is not None:  # type: ignore[attr-defined]
-                found.append(Assignment(targets, node.value, []))  # type: ignore[attr-defined]
+                found.append(Assignment(targets, node.value, [],  # type: ignore[attr-defined]
+                                        chained))
         self.assignments = found
         names = {t for a in found for t in a.targets}
         for assignment in found:
@@ -88,7 +90,7 @@ class Constants:
             try:
                 result = eval(compile(ast.Expression(assignment.value), str(self.path), "eval"),
                               namespace)
-                unpacked = _unpack(assignment.targets, result)
+                unpacked = _unpack(assignment.targets, result, assignment.chained)
             except Exception:  # the problem's own expression: leave this constant as it is
                 continue
             for target, value in unpacked.items():
@@ -141,23 +143,28 @@ def names_read(node: ast.AST) -> list[str]:
     return found
 
 
-def _targets(node: ast.stmt) -> list[str]:
+def _targets(node: ast.stmt) -> tuple[list[str], bool]:
+    """The names a module-level assignment sets, and whether it is chained (`a = b = 256`:
+    each gets the whole value, and each is a size of its own, free to move apart)."""
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-        return [node.target.id]
-    if not isinstance(node, ast.Assign) or len(node.targets) != 1:
-        return []
+        return [node.target.id], False
+    if not isinstance(node, ast.Assign):
+        return [], False
+    if len(node.targets) > 1:
+        names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        return (names, True) if len(names) == len(node.targets) else ([], False)
     target = node.targets[0]
     if isinstance(target, ast.Name):
-        return [target.id]
+        return [target.id], False
     if isinstance(target, (ast.Tuple, ast.List)) and all(
             isinstance(e, ast.Name) for e in target.elts):
-        return [e.id for e in target.elts]  # type: ignore[attr-defined]
-    return []
+        return [e.id for e in target.elts], False  # type: ignore[attr-defined]
+    return [], False
 
 
-def _unpack(targets: list[str], value: Any) -> dict[str, Any]:
-    if len(targets) == 1:
-        return {targets[0]: value}
+def _unpack(targets: list[str], value: Any, chained: bool = False) -> dict[str, Any]:
+    if len(targets) == 1 or chained:
+        return dict.fromkeys(targets, value)
     values = list(value)
     if len(values) != len(targets):
         raise ValueError("unpacking mismatch")

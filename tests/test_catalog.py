@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 
 import pytest
@@ -40,3 +41,9 @@ def test_describe_reports_what_is_wrong(tmp_path):
     with pytest.raises(krung.ProblemError, match="raised ValueError: boom") as caught:
         krung.describe_problem(tmp_path / "raises")
     assert caught.value.hint.startswith("fix ")
+    missing = f"krung_absent_{random.randrange(1 << 30)}"  # as level-3 Mamba2 without einops
+    write(tmp_path / "needs" / "problem.py", f"import torch\nimport {missing}.ops\n")
+    with pytest.raises(krung.ProblemError, match=f"No module named '{missing}'") as caught:
+        krung.describe_problem(tmp_path / "needs")
+    assert f"install `{missing}` where krung runs" in caught.value.hint
+    assert f"-m pip install {missing};" in caught.value.hint and "problem.py:2" in caught.value.hint

@@ -61,9 +61,13 @@ def import_problem_file(file: Path, module_name: str, problem: Path) -> ModuleTy
             frames = [f for f in traceback.extract_tb(exc.__traceback__)
                       if f.filename == str(file)] or traceback.extract_tb(exc.__traceback__)
             where = f"{frames[-1].filename}:{frames[-1].lineno}"
+        fix = f"fix {where}"
+        if isinstance(exc, ModuleNotFoundError) and exc.name:  # a package, not a bug
+            fix = (f"install `{exc.name.split('.')[0]}` where krung runs ({sys.executable} -m "
+                   f"pip install {exc.name.split('.')[0]}; the package's name may differ), "
+                   f"or put the module beside the problem: {where} imports it")
         raise ProblemError(str(problem), [(
-            f"{file.name} raised {type(exc).__name__}: {exc}", f"fix {where}",
-        )]) from exc
+            f"{file.name} raised {type(exc).__name__}: {exc}", fix)]) from exc
 
 
 def load_native(path: Path) -> Problem:

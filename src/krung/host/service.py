@@ -461,6 +461,7 @@ class Service:
 
     def run(self) -> None:
         listener = self._listen()
+        serving: list[threading.Thread] = []
         try:
             while not self.stopping.is_set():
                 try:
@@ -468,12 +469,20 @@ class Service:
                 except TimeoutError:
                     conn = None
                 if conn is not None:
-                    threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                    serving = [t for t in serving if t.is_alive()]
+                    serving.append(threading.Thread(target=self._serve, args=(conn,),
+                                                    daemon=True))
+                    serving[-1].start()
                 self._tend()
         finally:
             listener.close()
             with contextlib.suppress(FileNotFoundError):
                 self.sock_path.unlink()
+            # The replies being sent go out first (`stop` said `Stopped` after it set the
+            # flag: on a loaded machine the process ended before the reply left).
+            deadline = time.monotonic() + REPLY_S
+            for thread in serving:
+                thread.join(max(0.0, deadline - time.monotonic()))
             self._drain()
             print(f"krung service stopped: {self.why_stopped}", flush=True)
 

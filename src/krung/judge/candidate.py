@@ -200,13 +200,25 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _stat(pid: int) -> list[str]:
-    """/proc/<pid>/stat's fields after the command (state first); [] once it is gone."""
+def _stat(pid: int | str) -> list[str]:
+    """/proc/<pid>/stat's fields after the command (state first); [] once it is gone. `pid`
+    may be "<pid>/task/<tid>", a thread's."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return []
+
+
+def _still_running(pid: int) -> bool:
+    """Whether a thread of `pid` is not yet stopped: a SIGSTOP takes effect when each thread
+    is next scheduled, a moment later on a loaded machine."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return any(_stat(f"{pid}/task/{task}")[:1] not in ([], ["T"], ["t"], ["Z"], ["X"])
+               for task in tasks)
 
 
 def _living_descendants(pid: int) -> list[int]:
@@ -251,13 +263,15 @@ def stopped(pid: int) -> Iterator[list[int]]:
     while the judge times the reference. Yields the pids stopped."""
     _signal(pid, signal.SIGSTOP)
     held = [pid]
-    for _ in range(100):  # until none is left running (a child may fork while it is found)
-        running = [p for p in _living_descendants(pid) if _stat(p)[:1] != ["T"]]
-        if not running:
-            break
-        for child in running:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # until all found are stopped (none forks once stopped)
+        found = [p for p in _living_descendants(pid) if p not in held]
+        for child in found:
             _signal(child, signal.SIGSTOP)
-        held += [p for p in running if p not in held]
+        held += found
+        if not found and not any(_still_running(p) for p in held):
+            break
+        time.sleep(0.001)
     try:
         yield held
     finally:

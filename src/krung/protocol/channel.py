@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from krung.protocol import messages
-from krung.protocol.results import json_safe
+from krung.protocol.tree import json_safe
 
 TENSOR_KEY = "__tensor__"
 TUPLE_KEY = "__tuple__"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from krung.protocol.tree import json_safe
 
 
 class Status(str, enum.Enum):
@@ -125,17 +126,6 @@ class Run:
         known = {k: v for k, v in data.items()
                  if k in cls.__dataclass_fields__ and k != "rungs"}
         return cls(**known, rungs=[RungResult.from_json(r) for r in data.get("rungs", [])])
-
-
-def json_safe(value: Any) -> Any:
-    """Figures as strict JSON: no NaN or Infinity (they become null), tuples as lists."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def dumps(value: Any) -> str:

@@ -12,6 +12,7 @@ Stdlib only (torch is looked up, never imported): the worker imports this module
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -73,3 +74,14 @@ def nbytes(value: Any) -> int:
 def clone(value: Any) -> Any:
     """A copy whose tensors have their own storage (and keep their strides)."""
     return map_tensors(lambda t: t.clone(), value)
+
+
+def json_safe(value: Any) -> Any:
+    """Figures as strict JSON: no NaN or Infinity (they become null), tuples as lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

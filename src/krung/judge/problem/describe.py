@@ -20,7 +20,7 @@ from krung.judge import tolerance
 from krung.judge.problem import PROBLEM_FILE, Problem, case_label, case_size
 from krung.judge.solution import ENTRY_POINT
 from krung.protocol.errors import KrungError, ProblemError
-from krung.protocol.results import json_safe
+from krung.protocol.tree import json_safe
 
 # Where each format keeps the problem's definition, relative to its path.
 _PROBLEM_FILES = {"native": PROBLEM_FILE, "gpumode": "reference.py", "kernelbench": ""}

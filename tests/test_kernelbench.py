@@ -4,6 +4,8 @@ precision plus krung's metrics, and krung's whole ladder over it."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -160,19 +162,39 @@ def test_unseen_cases_move_the_constants_derived_from_a_size(krung, tmp_path):
     assert [c.endswith("(unseen)") for c in failed["figures"]["failed_cases"]] == [True]
 
 
-def test_an_unseen_case_the_problem_cannot_make_is_reported_skipped(krung, tmp_path):
-    """The row length must be even; an unseen case gets an odd one, the reference raises,
-    and the run says which case was skipped and why, where it said nothing before."""
+def test_an_unseen_case_moves_only_the_sizes_the_problem_allows(krung, tmp_path):
+    """The row length must be even; moving it to an odd neighbour makes the reference raise.
+    The unseen case then moves the batch alone and says the length was kept and why (it was
+    dropped before, as level-2 3_ConvTranspose3d_Sum_LayerNorm's, whose width its LayerNorm
+    ties to a layer's shape)."""
     problem = KERNELBENCH / "7_PairedRows.py"
     result = krung("run", problem, honest(problem, tmp_path), "--rungs", CHECKS, "--json")
     assert result.code == 0, result.stdout + result.stderr
     correctness = result.json()["rungs"][3]["figures"]
-    assert correctness["unseen_cases"] == 0
-    assert "the reference raised RuntimeError" in correctness["unseen_skipped"]
-    assert correctness["unseen_skipped"].startswith("batch_size=")
+    assert correctness["unseen_cases"] == 1 and "unseen_skipped" not in correctness
+    unseen = correctness["per_case"][-1]["case"]
+    assert re.fullmatch(r"batch_size=(\d+),length=256,dtype=float32 \(unseen\)", unseen), unseen
+    assert unseen.split(",")[0] != "batch_size=12"
+    note = correctness["unseen_narrowed"]
+    assert note.startswith(unseen.removesuffix(" (unseen)") + ": length kept as declared")
+    assert "the reference raised RuntimeError" in note
     wrong = krung("run", problem, KERNELBENCH / "wrong" / "7_PairedRows.py", "--rungs", CHECKS,
                   "--json")
     assert wrong.code == 1 and wrong.json()["rungs"][3]["error_type"] == "Mismatch"
+
+
+def test_an_unseen_case_no_size_of_can_move_is_reported_skipped(krung, tmp_path):
+    """Both sizes of the row must stay even: no neighbour the problem can run, and the run
+    says which case was skipped and why."""
+    source = (KERNELBENCH / "7_PairedRows.py").read_text()
+    problem = tmp_path / "7_PairedBoth.py"
+    problem.write_text(source.replace("x.view(x.shape[0], -1, 2)", "x.view(-1, 2, x.shape[1] // 2, 2)"))
+    result = krung("run", problem, honest(problem, tmp_path), "--rungs", CHECKS, "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    correctness = result.json()["rungs"][3]["figures"]
+    assert correctness["unseen_cases"] == 0 and "unseen_narrowed" not in correctness
+    assert correctness["unseen_skipped"].startswith("batch_size=")
+    assert "the reference raised RuntimeError" in correctness["unseen_skipped"]
 
 
 def test_a_reference_that_disagrees_with_itself_is_named_nondeterministic(krung, tmp_path):

@@ -4,7 +4,9 @@ Each evaluation picks some declared test cases at random (from its secret seed) 
 every size above 2 to a nearby odd number, a prime where one is close: 1000 may become 997,
 4096 may become 3583. A version tuned to the declared shapes (special-cased sizes, tails
 that only work for the sizes it was shown) fails here. A problem whose sizes are constrained
-(heads must divide a width, say) defines `derive_case(case, rng) -> dict | None` instead.
+(heads must divide a width, say) defines `derive_case(case, rng) -> dict | None` instead;
+where a problem without one cannot run a neighbour, the sizes it can move are moved alone
+(`narrowed`).
 """
 
 from __future__ import annotations
@@ -20,18 +22,41 @@ DRAWS = 8
 def unseen_cases(cases: list[dict], seed: int,
                  derive: Callable[[dict, random.Random], dict | None] | None = None,
                  count: int = UNSEEN_CASES) -> list[dict]:
+    return [new for _, new in unseen_pairs(cases, seed, derive, count)]
+
+
+def unseen_pairs(cases: list[dict], seed: int,
+                 derive: Callable[[dict, random.Random], dict | None] | None = None,
+                 count: int = UNSEEN_CASES) -> list[tuple[dict, dict]]:
+    """(declared case, its unseen neighbour) for up to `count` declared cases."""
     rng = random.Random(seed)
     movable = [c for c in cases if any(_movable(v) for v in c.values())]
     picked = rng.sample(movable, min(count, len(movable)))
-    derived = []
+    derived: list[tuple[dict, dict]] = []
     for case in picked:
         # a few draws: two neighbours of 1023 and 1025 may well be the same prime
         for _ in range(DRAWS):
             new = derive(dict(case), rng) if derive else _neighbour(case, rng)
-            if new and new not in cases and new not in derived:
-                derived.append(new)
+            if new and new not in cases and all(new != d for _, d in derived):
+                derived.append((case, new))
                 break
     return derived
+
+
+def narrowed(origin: dict, moved: dict, works: Callable[[dict], bool]) -> tuple[dict, list[str]]:
+    """`origin` with each size `moved` changed taken over, one at a time in order, where the
+    problem still `works` with it (a width its reference ties to a layer's shape stays):
+    the case, and the sizes kept as declared."""
+    case, kept = dict(origin), []
+    for key, value in moved.items():
+        if value == origin.get(key):
+            continue
+        trial = {**case, key: value}
+        if works(trial):
+            case = trial
+        else:
+            kept.append(key)
+    return case, kept
 
 
 def _movable(value: Any) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from krung.judge.delegation import Delegation, traced_reference
 from krung.judge.ladder import Context
 from krung.judge.problem import case_label
-from krung.judge.problem.unseen import unseen_cases
+from krung.judge.problem.unseen import narrowed, unseen_pairs
 from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
 from krung.protocol.settings import Settings
@@ -64,6 +64,10 @@ SPEC = RungSpec(
           for f in ERROR_FIGURES if f.name in _SUMMARY_ERRORS),
         Figure("worst_case", "", "the case with the largest max_abs_err", "text", shown=(HTML,)),
         Figure("unseen_cases", "", "the unseen cases among them", "count", shown=(HTML,)),
+        Figure("unseen_narrowed", "", "unseen cases that move only the sizes the problem "
+               "allows (moving them all made its reference or input generator raise): the "
+               "case, the sizes kept as declared, and the error", "text",
+               when="when there are some"),
         Figure("unseen_skipped", "", "unseen cases the problem itself cannot make inputs or a "
                "reference output for, and why", "text", when="when there are some"),
         Figure("delegated", "", "some checked call launched no kernel of the version's own "
@@ -122,8 +126,8 @@ def run(ctx: Context) -> dict[str, Any]:
     from krung.judge.verdict import judge_outputs
 
     declared = ctx.problem.test_cases
-    unseen, skipped = _usable(ctx, unseen_cases(declared, ctx.seed_for("unseen"),
-                                                ctx.problem.derive_case))
+    unseen, skipped, narrowings = _usable(ctx, unseen_pairs(declared, ctx.seed_for("unseen"),
+                                                            ctx.problem.derive_case))
     cases = declared + unseen
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
@@ -177,6 +181,8 @@ def run(ctx: Context) -> dict[str, Any]:
     figures.update(delegation.figures(ctx.traces_ops))
     if skipped:  # the problem's own limits, said in the run rather than dropped
         figures["unseen_skipped"] = "; ".join(skipped)
+    if narrowings:
+        figures["unseen_narrowed"] = "; ".join(narrowings)
     if threads:  # not a failure by itself, but work may be hiding there
         figures["threads_started"] = threads
     figures.update(conduct.figures())
@@ -213,23 +219,42 @@ class KernelConduct:
         return figures
 
 
-def _usable(ctx: Context, cases: list[dict]) -> tuple[list[dict], list[str]]:
-    """The unseen cases the problem itself can make inputs and a reference output for, and
-    why each other one is skipped (`case: the reference raised ...`)."""
-    usable, skipped = [], []
-    for case in cases:
-        try:
-            inputs = ctx.make_inputs(case, ctx.seed_for("unseen-probe"))
-        except Exception as exc:  # the problem's limits, not the version's fault
-            skipped.append(f"{case_label(case)}: the input generator raised {_said(exc)}")
+def _usable(ctx: Context, pairs: list[tuple[dict, dict]]
+            ) -> tuple[list[dict], list[str], list[str]]:
+    """The unseen cases the problem itself can make inputs and a reference output for; why
+    each other one is skipped (`case: the reference raised ...`); and for a problem without
+    `derive_case`, the cases that move only the sizes it allows, with the sizes kept."""
+    declared = ctx.problem.test_cases
+    usable: list[dict] = []
+    skipped: list[str] = []
+    narrowings: list[str] = []
+    for origin, case in pairs:
+        why = _unusable(ctx, case)
+        if why is None:
+            usable.append(case)
             continue
-        try:
-            ctx.expected(inputs)
-        except Exception as exc:
-            skipped.append(f"{case_label(case)}: the reference raised {_said(exc)}")
-            continue
-        usable.append(case)
-    return usable, skipped
+        if ctx.problem.derive_case is None:
+            fewer, kept = narrowed(origin, case, lambda c: _unusable(ctx, c) is None)
+            if fewer != origin and fewer not in declared and fewer not in usable:
+                usable.append(fewer)
+                narrowings.append(f"{case_label(fewer)}: {', '.join(kept)} kept as declared "
+                                  f"(with every size moved {why})")
+                continue
+        skipped.append(f"{case_label(case)}: {why}")
+    return usable, skipped, narrowings
+
+
+def _unusable(ctx: Context, case: dict) -> str | None:
+    """Why the problem cannot make inputs or a reference output for `case` (None: it can)."""
+    try:
+        inputs = ctx.make_inputs(case, ctx.seed_for("unseen-probe"))
+    except Exception as exc:  # the problem's limits, not the version's fault
+        return f"the input generator raised {_said(exc)}"
+    try:
+        ctx.expected(inputs)
+    except Exception as exc:
+        return f"the reference raised {_said(exc)}"
+    return None
 
 
 def _said(exc: Exception) -> str:

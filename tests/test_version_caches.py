@@ -165,3 +165,56 @@ def test_a_pooled_worker_takes_its_versions_caches_at_load(tmp_path, monkeypatch
               tmp_path / "chosen" / "krung-versions")
     assert not set(writable) & {str(s) for s in shared}, writable
     assert_walled(report["tried"], own=("own",) if chosen else ("own", "parent"))
+
+
+# At its import, plants a library where torch would build an extension: in its own folder of
+# the store's build cache, in the shared one (where builds of workers without walls go), and
+# among the judge's nvcc outputs.
+BUILD_PLANTER = """
+    import hashlib
+    from pathlib import Path
+
+    ROOT = Path({root!r})
+    own = ROOT / "versions" / hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    for folder in (own / "torch_extensions" / "ext_{tag}", ROOT / "torch_extensions" /
+                   "ext_{tag}", ROOT / "nvcc" / "{tag}"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "ext.so").write_text("planted")
+        except OSError:
+            pass
+
+    def kernel(x):
+        return x * 2 + 1
+"""
+
+
+def test_a_walled_version_builds_cuda_cpp_in_a_build_cache_of_its_own(tmp_path, version):
+    """torch's CUDA C++ builds of a version whose worker raises the walls go to
+    `build_cache/versions/<sha>/`: the version writes there, and not where another version's
+    build (or the judge's nvcc) would find what it planted."""
+    import torch
+
+    root = tmp_path / "store" / "build_cache"
+    root.mkdir(parents=True)
+    tag = f"{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:8]}"
+    solution = version("planter", textwrap.dedent(BUILD_PLANTER).format(root=str(root), tag=tag))
+    sha = hashlib.sha256(solution.read_bytes()).hexdigest()
+    (tmp_path / "run").mkdir()
+    candidate = Candidate("cpu", tmp_path / "run", solution)
+    candidate.start()
+    try:
+        assert candidate.walls
+        load = candidate.request({"op": "load", "path": str(solution), "sha256": sha,
+                                  "build_cache": str(root)}, 120, "load")
+        assert load["ok"], load
+        x = torch.randn(33)
+        call = candidate.request({"op": "call", "inputs": [x]}, 120, "call")
+        assert call["ok"] and torch.equal(call["outputs"][0], x * 2 + 1)
+    finally:
+        candidate.close()
+    assert (root / "versions" / sha[:16] / "torch_extensions" / f"ext_{tag}" / "ext.so").is_file()
+    if not ABI:
+        pytest.skip("no Landlock here: the version may write anywhere its user may")
+    assert not (root / "torch_extensions" / f"ext_{tag}").exists()
+    assert not (root / "nvcc" / tag).exists()

@@ -449,7 +449,8 @@ class Candidate:
         assert self.channel is not None
         if isinstance(message, messages.Load):
             at_load = self._version_env(message)  # before the walls: they name its caches
-            message = dataclasses.replace(message, **at_load, cwd=str(self.scratch),
+            message = dataclasses.replace(message, **at_load, cwd=str(self.scratch))
+            message = dataclasses.replace(message,
                                           sandbox=self.sandbox_request(message.build_cache))
         try:
             self.channel.send(message)
@@ -471,7 +472,10 @@ class Candidate:
         sha256 = load.sha256 or hashlib.sha256(Path(load.path).read_bytes()).hexdigest()
         caches = version_caches(self.cache, sha256, {**os.environ, **self.extra_env})
         self.cache_dirs = cache_folders(caches)
-        return {**self.at_load, "env": {**(self.at_load.get("env") or {}), **caches}}
+        at_load = {**self.at_load, "env": {**(self.at_load.get("env") or {}), **caches}}
+        if load.build_cache:  # torch's CUDA C++ builds too: the store's cache for this version
+            at_load["build_cache"] = str(build_cache.version_root(load.build_cache, sha256))
+        return at_load
 
     def _receive(self, what: str, timeout: float, expect: messages.Replies,
                  max_tensor_bytes: int | None = None, limit: str = "--timeout") -> Any:

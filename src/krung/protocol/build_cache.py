@@ -5,7 +5,11 @@ torch versions), so an unchanged source is built once however many versions or r
 and two versions that share an extension name never rebuild over each other.
 - `nvcc/<key>/`: PTX, CUBIN and ptxas's report from krung's own nvcc compile (no GPU needed);
 - `torch_extensions/<name>_<key>/`: torch's own build folder for `load_inline`/`load` on a
-  GPU (passed as `build_directory`), where ninja finds the objects of the last build.
+  GPU (passed as `build_directory`), where ninja finds the objects of the last build;
+- `versions/<sha256[:16]>/torch_extensions/...`: the same, for a version whose worker raises
+  the walls: written by the version's own process, so its entries serve the same version
+  alone (another version cannot plant a library that this one loads).
+The judge alone writes `nvcc/` and `inspect/`; a walled worker only reads them.
 Stdlib only: used by the worker, the judge and the build process.
 """
 
@@ -60,6 +64,14 @@ def keep(entry: Path, folder: Path, names: Iterable[str]) -> None:
         os.replace(staging, entry)
     except OSError:  # another run stored the same entry first: theirs is as good
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def version_root(root: str | Path, sha256: str) -> Path:
+    """The build cache of the version whose bytes have `sha256`, made now (the walls allow
+    only folders that exist)."""
+    folder = Path(root) / "versions" / sha256[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def torch_build_dir(root: str | Path, name: str, facts: dict[str, Any]) -> Path:

@@ -552,7 +552,6 @@ class Build(Ask):
     arch: str
     dsls: list[str]
     launches: list[dict[str, Any]]  # the worker's records of the version's launches
-    cache_dir: str
     import_paths: list[str]  # the folders the problem's format lets a version import from
     shown_as: str | None = None
     sha256: str | None = None

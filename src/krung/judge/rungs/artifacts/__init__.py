@@ -232,8 +232,7 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
     if fenced:
         hidden, keep = hidden_store(ctx.settings.store, ctx.run_dir,
                                     [ctx.problem.path, ctx.solution.path.parent])
-        walls = {"writable": [str(scratch), *cache_folders(env), str(out_dir),
-                              str(build_cache.root_for(ctx.run_dir)), "/dev"],
+        walls = {"writable": [str(scratch), *cache_folders(env), str(out_dir), "/dev"],
                  "hidden": hidden, "keep": keep}
         if ctx.device == "cpu":  # where the store can be hidden (as in the worker)
             args.append("--private-mounts")
@@ -253,7 +252,6 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
             version=str(ctx.solution.copy or ctx.solution.path), shown_as=str(ctx.solution.path),
             sha256=ctx.solution.sha256, out_dir=str(out_dir), arch=target.arch,
             dsls=dsls + ([dsl] if dsl == "cupy" else []), launches=launches,
-            cache_dir=str(build_cache.root_for(ctx.run_dir)),
             import_paths=list(ctx.problem.entry.get("import_paths", [])),
             cases=cases, entry=entry, autotune=autotune or [], sandbox=walls)
         channel.send(request)

@@ -184,6 +184,29 @@ def test_streamed_figures_are_the_whole_tensor_figures(rng, monkeypatch, shape, 
     assert not result.passed and f"{oracle['mismatches']}/{ref.numel()} elements" in result.reason
 
 
+def test_all_finite_pieces_give_the_whole_tensor_figures(rng, monkeypatch):
+    """Pieces with no NaN or Inf take the path without masks (four dot products): the same
+    figures and the same mismatches, located, as the whole tensor's."""
+    from krung.judge import metrics
+
+    monkeypatch.setattr(metrics, "MIN_PIECE", 997)
+    monkeypatch.setattr(metrics, "MAX_PIECE", 997)
+    ref = torch.randn(61, 503, generator=rng) * 0.05
+    out = ref + 1e-7 * torch.randn(61, 503, generator=rng)
+    spots = torch.randperm(ref.numel(), generator=rng)[:int(torch.randint(1, 20, (1,),
+                                                                          generator=rng))]
+    out.view(-1)[spots] += 0.5
+    tol = DEFAULTS["float32"]
+    result = compare(out, ref, tol)
+    oracle = _whole_tensor(out, ref, tol)
+    assert result.figures["mismatches"] == oracle["mismatches"] == len(spots)
+    assert result.figures["max_abs_err"] == oracle["max_abs_err"]
+    for key in ("max_rel_err", "mse", "rmse", "psnr_db", "cossim"):
+        assert result.figures[key] == pytest.approx(oracle[key], rel=1e-12), key
+    assert result.first_mismatch == oracle["first"]
+    assert result.region == f"first at {tuple(oracle['first'])}; {oracle['spans']}"
+
+
 def _flat(index, shape):
     flat = 0
     for i, size in zip(index, shape, strict=True):

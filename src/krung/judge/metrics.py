@@ -161,7 +161,21 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
     for offset, piece_out, piece_ref in paired(out, ref):
         a = piece_out.to(torch.float64)
         b = piece_ref.to(torch.float64)
-        diff = (a - b).abs()
+        d = a - b
+        # one sync for the four sums where the pieces are on a GPU
+        piece_sums = torch.stack([torch.dot(x, y) for x, y in ((d, d), (b, b), (a, a), (a, b))
+                                  ]).tolist()
+        if all(map(math.isfinite, piece_sums)):  # no NaN or Inf in either: no masks needed
+            diff = d.abs_()
+            magnitude = b.abs()
+            region.add(diff > atol + tol.rtol * magnitude, offset)
+            finite_count += b.numel()
+            for name, value in zip(sums, piece_sums, strict=True):
+                sums[name] += value
+            max_abs = max(max_abs, float(diff.max()))
+            peak = max(peak, float(magnitude.max()))
+            continue
+        diff = d.abs_()
         ref_finite = b.isfinite()
         out_finite = a.isfinite()
         bad_nonfinite = ref_finite & ~out_finite
@@ -229,6 +243,11 @@ def scaled_atol(ref: torch.Tensor, tol: Tolerance) -> tuple[float, float | None]
     count = 0
     for piece in pieces(ref, piece_size(ref.numel())):
         b = piece.to(torch.float64)
+        square_sum = float(torch.dot(b, b))
+        if math.isfinite(square_sum):  # every element finite
+            count += b.numel()
+            total += square_sum
+            continue
         finite = b.isfinite()
         count += int(finite.sum())
         total += float(torch.where(finite, b, 0.0).square().sum())
@@ -245,6 +264,10 @@ def _max_relative(out: torch.Tensor, ref: torch.Tensor, floor: float) -> float:
     for _, piece_out, piece_ref in paired(out, ref):
         a = piece_out.to(torch.float64)
         b = piece_ref.to(torch.float64)
+        relative = float((a - b).abs_().div_(b.abs().clamp_min_(floor)).max())
+        if math.isfinite(relative):  # NaN or Inf in either would show here
+            worst = max(worst, relative)
+            continue
         finite = a.isfinite() & b.isfinite()
         d = torch.where(finite, (a - b).abs(), 0.0)
         scale = torch.where(finite, b, 0.0).abs().clamp_min(floor)

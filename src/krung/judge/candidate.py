@@ -211,14 +211,14 @@ def _stat(pid: int | str) -> list[str]:
 
 
 def _still_running(pid: int) -> bool:
-    """Whether a thread of `pid` is not yet stopped: a SIGSTOP takes effect when each thread
-    is next scheduled, a moment later on a loaded machine."""
+    """Whether a thread of `pid` is still running or runnable: a SIGSTOP takes effect when
+    each thread is next scheduled, a moment later on a loaded machine. (A thread asleep, in
+    a driver call say, runs no code of its own before it stops.)"""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    return any(_stat(f"{pid}/task/{task}")[:1] not in ([], ["T"], ["t"], ["Z"], ["X"])
-               for task in tasks)
+    return any(_stat(f"{pid}/task/{task}")[:1] == ["R"] for task in tasks)
 
 
 def _living_descendants(pid: int) -> list[int]:

@@ -55,6 +55,29 @@ def test_local_pool_records_every_version_crashes_included(scale_problem, versio
     assert sorted(r.run_id for r in stored) == sorted(r.run_id for r in by_name.values())
 
 
+def test_evaluations_at_once_share_the_cores_out(scale_problem, version, settings,
+                                                 monkeypatch):
+    """Two slots without GPUs: each evaluation's worker (and judge) gets half the cores for
+    torch's threads, at least one; one slot, or an OMP_NUM_THREADS the caller set, as is."""
+    from krung.host.scale.local import cpu_share
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert cpu_share(1) is None and cpu_share(2) == max(1, cores // 2)
+    assert cpu_share(3 * cores) == 1
+    says = version("threads", "import torch\nprint('threads', torch.get_num_threads(), "
+                              "flush=True)\ndef kernel(x):\n    return x * 2 + 1\n")
+    executor = krung.make_executor("local", workers=2)
+    outcomes = list(executor.map([Job(str(scale_problem), str(says), rungs="static,compile")]
+                                 * 2, settings))
+    store = Store(settings.store)
+    for outcome in outcomes:
+        log = (store.artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
+        assert log.split("threads", 1)[1].split()[0] == str(max(1, cores // 2)), log
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert cpu_share(2) is None
+
+
 def test_gpu_slots_pin_each_evaluation(scale_problem, version, settings):
     versions = [version(f"slot{i}", SAYS_SLOT) for i in range(4)]
     executor = krung.make_executor("local", gpus=["0", "1"])

@@ -3,7 +3,8 @@
 Slots are taken from a queue by threads that each call `krung.evaluate` (each evaluation its
 own judge and worker processes, pre-started by the store's warm service, which runs for the
 length of the batch where the machine has cores to spare: krung.host.service). With `gpus`, a slot is one GPU: its evaluations see
-only that GPU (CUDA_VISIBLE_DEVICES). Several slots may share a GPU (`per_gpu`, or `workers`
+only that GPU (CUDA_VISIBLE_DEVICES); without GPUs, several slots share the cores out
+(OMP_NUM_THREADS, `cpu_share`). Several slots may share a GPU (`per_gpu`, or `workers`
 without `gpus`): the rungs that measure take the GPU for themselves (krung.judge.gpu_lock),
 so two benchmarks never overlap, and the next versions' start, compile and correctness run
 meanwhile. A job sharing its GPU that failed as running out of memory does (a dead worker
@@ -43,10 +44,12 @@ class LocalExecutor:
 
     def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
         slots: queue.Queue[dict[str, str]] = queue.Queue()
+        threads = cpu_share(self.slots) if not self.gpus else None
+        shared = {"OMP_NUM_THREADS": str(threads)} if threads else {}
         for gpu in self.gpus or [None] * self.slots:
             for _ in range(self.per_gpu if gpu is not None else 1):
-                slots.put({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})
-        envs = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in self.gpus] or [{}]
+                slots.put({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else dict(shared))
+        envs = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in self.gpus] or [shared]
         kinds = [service.JudgeSpec.of(settings.replace(device=device), env) for env in envs
                  for device in {job.device for job in jobs}]
         # Per GPU (or this machine): a judge for each slot at work, and one warming up to take
@@ -78,6 +81,18 @@ class LocalExecutor:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
+
+
+def cpu_share(slots: int) -> int | None:
+    """torch's threads for each of `slots` evaluations at once on this machine's cores: the
+    cores shared out, at least one each. More would make every elementwise pass of one wait
+    for a thread the others' work has descheduled (a comparison 10-25x slower on a loaded
+    2-core machine: benchmarks/RESULTS.md). None for one slot, or where the caller set
+    OMP_NUM_THREADS."""
+    if slots < 2 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // slots)
 
 
 def _run_in_slot(job: Job, settings: Settings, slots: queue.Queue[dict[str, str]]) -> Outcome:

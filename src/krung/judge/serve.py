@@ -134,10 +134,11 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
     try:
         if device == "cuda":
             candidate.use_cuda_ipc()
-            if {"benchmark", "roofline"} & set(request.rungs):  # the reference is timed too
-                from krung.worker.timing import warm_profiler
+            # Paid here, on the main thread (CUPTI's one owner: timing.profiler_session),
+            # rather than inside the first rung that traces the reference's kernels.
+            from krung.worker.timing import start_profiler
 
-                warm_profiler()
+            start_profiler()
         problem = load_problem(Path(request.problem), request.precision, settings.scale,
                                Policy.of(settings))
         settings = _capped(settings, problem)
@@ -244,10 +245,10 @@ def _warm(device: str, candidate: Candidate) -> None:
     if device == "cuda":
         import torch
 
-        from krung.worker.timing import warm_profiler
+        from krung.worker.timing import start_profiler
 
         torch.cuda.init()
-        warm_profiler(wait=True)
+        start_profiler()
     with contextlib.suppress(RungFailed):  # told again by the compile rung's hello
         candidate.hello(WORKER_START_S)
 

@@ -196,22 +196,18 @@ class OwnKernels:
     def __enter__(self) -> OwnKernels:
         self._before = _triton_launches()
         if self.device:
-            import torch.profiler
+            from krung.worker.timing import profiler_session
 
-            try:
-                profiler = torch.profiler.profile(
-                    activities=[torch.profiler.ProfilerActivity.CUDA])
-                profiler.__enter__()
-                self._profiler = profiler
-            except RuntimeError:  # CUPTI held by another profiler: the names stay unknown
-                self._profiler = None
+            self._session = profiler_session()  # CUPTI's one owner; None: names unknown
+            self._profiler = self._session.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self.device:
+            self._session.__exit__(None, None, None)
         if self._profiler is not None:
             from krung.worker.timing import device_work
 
-            self._profiler.__exit__(*exc)
             self.device_names = sorted({e.name() for e in device_work(self._profiler)
                                         if _kind(e) == "kernel"})
         after = _triton_launches()

@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--cuda-ipc", action="store_true")
     parser.add_argument("--warm-profiler", action="store_true",
-                        help="start CUPTI in the background now (on a GPU), for the timing")
+                        help="start CUPTI now (on a GPU), before the first measurement")
     parser.add_argument("--max-file-bytes", type=int, default=1 << 30)
     parser.add_argument("--preload", action="append", default=[],
                         help="a DSL package to import before any version (a warm start)")
@@ -541,10 +541,10 @@ def main(argv: list[str] | None = None) -> None:
 
         l2.start()  # no L2 set aside for persisting lines: a limit found later is the version's
         channel.cuda_ipc = args.cuda_ipc
-        if args.warm_profiler:  # before Worker() counts the threads that are not the version's
-            from krung.worker.timing import warm_profiler
+        if args.warm_profiler:  # on the main thread, CUPTI's one owner (timing.profiler_session)
+            from krung.worker.timing import start_profiler
 
-            warm_profiler(wait=bool(args.preload))  # started ahead: it has the time
+            start_profiler()
     channel.send(messages.Hello(pid=os.getpid(), **describe_device(device)))
     Worker(channel, device, preloaded, private).serve()
 

@@ -18,13 +18,14 @@ wall-clock time per call, the same statistics, labelled `cpu-wall`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -201,27 +202,67 @@ def _measure_cpu(call: Callable[[int], Any], sets: int, plan: TimingPlan,
 
 
 class _Cuda:
-    """Per-process GPU state for timing: the flush buffer, whether CUPTI works here, and the
-    profiler's start (in a background thread, or done)."""
+    """Per-process GPU state for timing: the flush buffer, and whether CUPTI works here."""
 
     flush: Any = None
-    cupti: bool | None = None  # None: not tried yet
-    warming: threading.Thread | None = None
-    warm: bool = False
+    cupti: bool | None = None  # None: not tried yet; False: it cannot start in this process
+    in_session: bool = False
 
 
-def warm_profiler(wait: bool = False) -> None:
-    """Start the profiler once in a background thread, so that its first-session cost (CUPTI
-    and kineto loading: seconds) is paid while the process does other work, not inside the
-    first measurement. `measure` waits for it. With `wait`, start it here and now (a judge
-    of the warm service, which has the time before its evaluation comes). Not for a process
-    under ncu or compute-sanitizer, whose own instrumentation CUPTI would collide with."""
-    if wait and _Cuda.warming is None and not _Cuda.warm:
-        _start_profiler()
-    if _Cuda.warming is None and not _Cuda.warm:
-        _Cuda.warming = threading.Thread(target=_start_profiler, name="krung-profiler-warmup",
-                                         daemon=True)
-        _Cuda.warming.start()
+@contextlib.contextmanager
+def profiler_session(activities: list[Any] | None = None) -> Iterator[Any]:
+    """The one way into CUPTI in this process (torch.profiler over CUDA activity), for the
+    timer, its warm-up and the kernel census (krung.worker.guard.OwnKernels) alike: the
+    started profiler, or None where it cannot start, and then the figure that needed it is
+    unknown (the timer falls back to events), never a crash.
+
+    One session at a time, each started, read and stopped on the main thread: the thread that
+    imported torch, where kineto registered its client. Two sessions at once (a warm-up thread
+    beside the delegation check) crashed a third of the judges on the H200
+    (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, then SIGSEGV; torch 2.11, 2026-12-05),
+    and kineto refuses its client's init on another thread (`External init callback must
+    run in same thread as registerClient`). A call from another thread, or inside a session,
+    gets None rather than a second subscriber. `activities`: CUDA's unless told (a CPU
+    machine's tests pass CPU's)."""
+    if (_Cuda.cupti is False or _Cuda.in_session
+            or threading.current_thread() is not threading.main_thread()):
+        yield None
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    _quiet_profiler()
+    _Cuda.in_session = True
+    try:
+        prof = profile(activities=activities or [ProfilerActivity.CUDA])
+        try:
+            prof.__enter__()
+        except RuntimeError:  # no CUPTI here (or another tool holds it): figures unknown
+            _Cuda.cupti = False
+            yield None
+            return
+        try:
+            yield prof
+        finally:
+            prof.__exit__(None, None, None)
+    finally:
+        _Cuda.in_session = False
+
+
+def start_profiler() -> None:
+    """Pay the profiler's first start (CUPTI and kineto loading: about 3 s on the H200) now,
+    on the main thread, not inside the first measurement, where it left a process's first
+    median 10 samples. Not for a process under ncu or compute-sanitizer, whose own
+    instrumentation CUPTI would collide with."""
+    if _Cuda.cupti is not None:
+        return
+    import torch
+
+    with profiler_session() as prof:
+        if prof is not None:
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+    if _Cuda.cupti is None and prof is not None:
+        _Cuda.cupti = True
 
 
 def _quiet_profiler() -> None:
@@ -230,33 +271,11 @@ def _quiet_profiler() -> None:
     warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
 
 
-def _start_profiler() -> None:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    _quiet_profiler()
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]):
-            torch.cuda._sleep(1)
-            torch.cuda.synchronize()
-    except RuntimeError:  # no CUPTI here: `measure` finds that out and uses events
-        pass
-    _Cuda.warm = True
-
-
 def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan,
                   before: Callable[[int], None]) -> Samples:
     import torch
 
-    # The profiler's first start takes seconds: paid here, not inside the time cap, where it
-    # left the first measurement of a process 10 samples (a 1.3 µs kernel's median then
-    # spread 3-4% across processes on the H200).
-    if _Cuda.warming is not None:
-        _Cuda.warming.join(timeout=60.0)
-        if _Cuda.warming.is_alive():  # a minute and the profiler has not started: no CUPTI,
-            _Cuda.cupti = False  # and no second session beside the one still starting
-    if not _Cuda.warm and _Cuda.cupti is not False:
-        _start_profiler()
+    start_profiler()  # seconds the first time: before the time cap, not inside it
     if _Cuda.flush is None:
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         # Writing twice the L2's size evicts whatever the previous call left there.
@@ -284,11 +303,8 @@ def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan,
     while len(device_us) < plan.max_samples:
         batch = min(batch, plan.max_samples - len(device_us))
         if mode == "cupti":
-            try:
-                got = _cupti_batch(call, sets, batch, len(device_us), before)
-            except RuntimeError:  # the profiler could not start (another one holds CUPTI?)
-                got = None
-            if got is None:  # no kernel records: CUPTI is not usable in this process
+            got = _cupti_batch(call, sets, batch, len(device_us), before)
+            if got is None:  # no session, or no kernel records: not usable in this process
                 _Cuda.cupti = False
                 mode = "events"
                 continue
@@ -336,13 +352,13 @@ def _cupti_batch(call: Callable[[int], Any], sets: int, count: int, offset: int,
     does work, a third, shortest marker precedes it: a call's records end there (the flush
     follows `before`'s work)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     prepared = before is not _nothing
-    _quiet_profiler()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profiler_session() as prof:
+        if prof is None:
+            return None
         for i in range(count):
             if prepared:
                 torch.cuda._sleep(0)  # the marker ahead of `before`'s work

@@ -23,9 +23,8 @@ ProfileTimeout, naming the step that ran out; the rungs before it were sent when
 finished and keep their results. The figures give each step's seconds (`steps_s`).
 
 The worker under ncu never starts CUPTI itself (no `--warm-profiler`, no torch.profiler):
-ncu is the only profiler in that process. The kineto message `External init callback must
-run in same thread as registerClient` comes from the judge and the ladder's worker, which
-start torch.profiler in a background thread for the timing; it is harmless there.
+ncu is the only profiler in that process (docs/timing.md: one owner of the profiler per
+process).
 
 Skipped where there is no GPU or no ncu; a clear failure where ncu may not read counters.
 """

@@ -122,7 +122,7 @@ def test_broken_evaluation_is_not_a_verdict_on_the_version():
               source_sha256="0" * 64, error="the judge process exited with status 1\nlog tail",
               rungs=[RungResult("static", Status.OK)])
     lines = check_shape(agent_summary(run))
-    assert lines[0].startswith("ERROR (krung itself failed, not a verdict on the version)")
+    assert lines[0].startswith("ERROR (krung failed, not your version)")
     assert "error: the judge process exited with status 1" in lines
     assert "judge.log" in lines[-1]
 

@@ -81,7 +81,7 @@ def watch(store, tmp_path):
 
 
 def verdict(line: str) -> bool:
-    return line.startswith(("OK  run ", "FAILED  run ", "ERROR  run "))
+    return line.startswith(("OK  run ", "FAILED  run ", "ERROR (krung failed"))
 
 
 def test_watch_reruns_when_the_version_is_saved(watch, scale_problem, version):

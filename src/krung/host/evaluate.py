@@ -8,11 +8,17 @@ SILENCE_S, and one whose heartbeat goes on while nothing else moves for longer t
 may take (a problem's reference that never returns) is killed too. If the judge dies, the run is still recorded, with why. Ctrl-C (or SIGTERM, where
 this is the main thread) stops the judge and its worker at once and records the run as
 interrupted, the rungs done by then included, before the KeyboardInterrupt goes on up.
+
+A judge that fails is krung's failure, not the version's (the version runs in the worker
+alone): the evaluation runs once more in fresh processes with the optional instrumentation
+off (`_second_try`), and only then is the run recorded with its error (`outcome: error`,
+exit 3).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import signal
@@ -103,13 +109,16 @@ def evaluate(
             sha256=version.sha256, rungs=names,
             device=settings.device, seed=run.seed, precision=precision,
             run_dir=str(run_dir), cwd=os.getcwd(),
-            settings={k: str(v) if isinstance(v, Path) else v
-                      for k, v in settings.__dict__.items()},
+            settings=_shared(settings),
             # The roofline rung reads the device's ceilings measured before, if any.
             calibrations=db.calibrations() if {"roofline", "profile"} & set(names) else [])
         with _sigterm_interrupts():
             interrupted = _drive_judge(run, db, request, settings, on_result, on_progress,
                                        on_env, env or {})
+            if run.error and not interrupted:  # krung's own failure: once more, plainer
+                request, settings = _second_try(run, db, request, settings, on_progress)
+                interrupted = _drive_judge(run, db, request, settings, on_result, on_progress,
+                                           on_env, env or {})
         db.finish(run)
         if interrupted:
             raise KeyboardInterrupt
@@ -117,6 +126,38 @@ def evaluate(
     finally:
         if owned:
             db.close()
+
+
+def _second_try(run: Run, db: Store, request: messages.Request, settings: Settings,
+                on_progress: OnProgress | None) -> tuple[messages.Request, Settings]:
+    """Ready the run for its second try after the judge failed (died, fell silent, raised,
+    or its worker died before any version code ran): no version code runs in the judge, so
+    that is krung's failure (or CUPTI's, or the driver's), never a verdict. The second try
+    runs in fresh processes (a cold judge: no service), with the optional instrumentation
+    off (the kernel census: delegation may be undecided, and says so); the first try's error
+    and logs are kept (`env.first_try`, judge.1.log, worker.1.log)."""
+    run_dir = Path(request.run_dir)
+    for log in ("judge.log", "worker.log"):
+        with contextlib.suppress(OSError):
+            os.replace(run_dir / log, run_dir / log.replace(".log", ".1.log"))
+    first = (run.error or "").strip()
+    run.env["first_try"] = {"error": first.splitlines()[0] if first else "",
+                            "rungs_done": [r.name for r in run.rungs],
+                            "logs": "judge.1.log, worker.1.log"}
+    run.error = None
+    run.rungs.clear()
+    db.clear_rungs(run.run_id)
+    db.update_env(run)
+    if on_progress:
+        on_progress("krung", "krung's judge failed, not the version; trying once more in fresh "
+                             "processes with the kernel census off")
+    settings = settings.replace(service="off", kernel_census=False)
+    return dataclasses.replace(request, settings=_shared(settings)), settings
+
+
+def _shared(settings: Settings) -> dict[str, object]:
+    """The settings as they travel to the judge."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in settings.__dict__.items()}
 
 
 def _parent(db: Store, named: str | None, run: Run) -> str | None:

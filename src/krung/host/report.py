@@ -46,7 +46,7 @@ def rung_block(result: RungResult) -> list[str]:
 
 def verdict(run: Run) -> str:
     if run.error:
-        return f"ERROR  run {run.run_id}: {run.error}"
+        return f"ERROR (krung failed, not your version)  run {run.run_id}: {run.error}"
     failed = [r.name for r in run.rungs if r.status is Status.FAILED]
     if failed:
         return f"FAILED  run {run.run_id}: {', '.join(failed)} failed"
@@ -176,7 +176,7 @@ def _agent_verdict(run: Run, failed: RungResult | None) -> str:
     where = f"run {run.run_id}  problem {run.problem}  version {_file_name(run.solution)}  " \
             f"device {run.device}"
     if run.error:
-        return f"ERROR (krung itself failed, not a verdict on the version)  {where}"
+        return f"ERROR (krung failed, not your version)  {where}"
     if failed is not None:
         return f"FAILED at {failed.name}  {where}"
     if not run.ok:

@@ -98,7 +98,7 @@ def run_schema() -> dict[str, Any]:
                        "it climbed, in order, with their figures. `ok` is true when no "
                        "rung failed or was skipped and the evaluation itself did not break.",
         "type": "object",
-        "required": ["run_id", "problem", "solution", "device", "ok", "rungs", "error",
+        "required": ["run_id", "problem", "solution", "device", "outcome", "ok", "rungs", "error",
                      "problem_path", "source_sha256", "seed", "env", "started_at",
                      "finished_at", "parent"],
         "additionalProperties": False,
@@ -109,6 +109,10 @@ def run_schema() -> dict[str, Any]:
             "solution": {"type": "string", "description": "path of the version file"},
             "source_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
             "device": {"type": "string", "description": "cpu, or the GPU's name"},
+            "outcome": {"enum": ["passed", "failed", "error"],
+                        "description": "passed or failed: the verdict on the version; error: "
+                                       "krung itself failed (twice: the judge died, fell "
+                                       "silent or raised), not a verdict on the version"},
             "ok": {"type": "boolean"},
             "rungs": {"type": "array", "items": {"$ref": "#/$defs/rung"}},
             "error": {**_TEXT, "description": "the evaluation itself broke (the judge "

@@ -150,6 +150,10 @@ class Store:
                     (run_id, position, result.name, result.status.value,
                      dumps(result.to_json())))
 
+    def clear_rungs(self, run_id: str) -> None:
+        """Forget the rungs recorded so far (a second try records its own)."""
+        self._write("DELETE FROM rungs WHERE run_id=?", (run_id,))
+
     def update_env(self, run: Run) -> None:
         self._write("UPDATE runs SET device=?, env=? WHERE run_id=?",
                     (run.device, dumps(run.env), run.run_id))

@@ -42,6 +42,7 @@ class Delegation:
     version_ops: set[str] = field(default_factory=set)  # from traced calls
     reference_ops: set[str] = field(default_factory=set)
     reference_kernels: set[str] | None = None  # GPU: what the reference ran (CUPTI)
+    undecided: list[str] = field(default_factory=list)  # cases without a kernel census
 
     def own_kernels(self, reply: dict[str, Any]) -> list[str]:
         """The kernels of the version's own one call launched."""
@@ -52,8 +53,11 @@ class Delegation:
             names |= {k for k in device if k not in known and not is_torch_kernel(k)}
         return sorted(names)
 
-    def note(self, reply: dict[str, Any], label: str, reference_ops: set[str] | None) -> bool:
-        """Take one call's report; whether it was delegated (no kernel of its own)."""
+    def note(self, reply: dict[str, Any], label: str, reference_ops: set[str] | None,
+             census: bool = True) -> bool:
+        """Take one call's report; whether it was delegated (no kernel of its own). Without
+        a `census` of the device's kernels (CUPTI off or unable to start, on a GPU), a call
+        with no Triton kernel is undecided, not delegated: its kernels could be CUDA C++."""
         own = self.own_kernels(reply)
         self.own.update(own)
         if reply.get("ops") is not None:
@@ -61,6 +65,10 @@ class Delegation:
         if reference_ops is not None:
             self.reference_ops.update(reference_ops)
         if own:
+            return False
+        if not census:
+            if label not in self.undecided:
+                self.undecided.append(label)
             return False
         if label not in self.delegated_cases:
             self.delegated_cases.append(label)
@@ -75,6 +83,10 @@ class Delegation:
                                    "own_kernels": sorted(self.own)}
         if traced:
             figures["reference_ops"] = self.shared_ops()
+        if self.undecided:
+            figures["delegation_unknown"] = (
+                f"{len(self.undecided)} case(s) without a kernel census (KRUNG_KERNEL_CENSUS=0"
+                " or CUPTI unavailable): no Triton kernel seen, other kernels not named")
         return figures
 
     def failure(self, label: str, figures: dict[str, Any]) -> RungFailed:
@@ -98,7 +110,7 @@ def traced_reference(ctx: Any, inputs: tuple) -> tuple[list, set[str] | None, se
     from krung.worker.guard import OpTrace, OwnKernels
 
     trace = OpTrace() if ctx.traces_ops else contextlib.nullcontext()
-    own = OwnKernels(device=ctx.device != "cpu")
+    own = OwnKernels(device=ctx.device != "cpu" and ctx.settings.kernel_census)
     with own:
         with trace:
             expected = ctx.expected(inputs)

@@ -242,7 +242,8 @@ class Context:
             poison={"byte": poison_byte, "specs": [
                 {"shape": list(e.shape), "dtype": dtype_name(e)} for e in expected]},
             return_inputs=not self.problem.inplace,
-            trace_ops=trace and self.traces_ops, trace_kernels=trace and self.device != "cpu")
+            trace_ops=trace and self.traces_ops,
+            trace_kernels=trace and self.device != "cpu" and self.settings.kernel_census)
         limit = 2 * (nbytes(inputs) + nbytes(expected)) + (1 << 20)
         reply = self.ask(message, what, self.settings.call_timeout_s, limit)
         check_conduct(reply, what, forbidden_op_names(self.problem.forbid_ops))

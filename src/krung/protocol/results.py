@@ -93,6 +93,14 @@ class Run:
                 and not any(r.status is Status.FAILED for r in self.rungs))
 
     @property
+    def outcome(self) -> str:
+        """passed, failed (the version's verdict) or error (krung itself failed: not a
+        verdict on the version; a suite's scores leave it out)."""
+        if self.error:
+            return "error"
+        return "passed" if self.ok else "failed"
+
+    @property
     def skipped(self) -> list[RungResult]:
         return [r for r in self.rungs if r.status is Status.SKIPPED]
 
@@ -105,6 +113,7 @@ class Run:
             "problem": self.problem,
             "solution": self.solution,
             "device": self.device,
+            "outcome": self.outcome,
             "ok": self.ok,
             "rungs": [r.to_json() for r in self.rungs],
             "error": self.error,

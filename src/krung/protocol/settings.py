@@ -187,6 +187,11 @@ class Settings:
         False, "KRUNG_REQUIRE_OWN_KERNEL",
         "1: a version that launches no kernel of its own in a checked call (only torch's "
         "operators: `delegated`) fails the correctness rung (Delegated)")
+    kernel_census: bool = setting(
+        True, "KRUNG_KERNEL_CENSUS",
+        "1 to name every kernel a traced checked call and the reference ran on a GPU "
+        "(CUPTI: the delegation check's evidence for CUDA C++, CuTeDSL, TileLang kernels); 0 "
+        "leaves those names unknown. A second try after krung's own crash runs with it off")
     extra_rungs: str = setting(
         "", "KRUNG_EXTRA_RUNGS",
         "rungs of your own: comma-separated modules, importable on PYTHONPATH, each declaring "

@@ -76,6 +76,10 @@ SPEC = RungSpec(
         Figure("own_kernels", "", "the kernels of the version's own its checked calls "
                "launched (Triton's by name; on a GPU also every kernel CUPTI saw that the "
                "reference does not launch and torch does not own)", "list", shown=(HTML,)),
+        Figure("delegation_unknown", "", "why `delegated` could not be decided on some cases "
+               "(a GPU without the kernel census: KRUNG_KERNEL_CENSUS=0, as on krung's "
+               "second try after its own crash, or CUPTI unable to start)", "text",
+               when="when some case went undecided"),
         Figure("reference_ops", "", "the reference's torch operators (less allocation and "
                "views) the version's traced calls ran too: what it delegated", "list",
                when="where the policy traces operators (forbid_ops, require_own_kernel)",
@@ -156,7 +160,8 @@ def run(ctx: Context) -> dict[str, Any]:
             # On a GPU only the traced call names the device's kernels (CUDA C++ ones too):
             # the others' Triton launches alone cannot tell a delegated call.
             decides = rep == 0 or ctx.device == "cpu"
-            if decides and delegation.note(reply, label, reference_ops):
+            census = ctx.device == "cpu" or reply.get("device_kernels") is not None
+            if decides and delegation.note(reply, label, reference_ops, census):
                 row["delegated"] = True
                 if ctx.problem.require_own_kernel:
                     raise delegation.failure(label, delegation.figures(ctx.traces_ops))

@@ -1,0 +1,58 @@
+"""krung's own failure is krung's: a judge that dies mid-evaluation (a real SIGSEGV, raised by
+the judge's own process) is followed by a second try in fresh processes; a second death is
+`outcome: error` and exit 3, never a verdict on the version."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import GOOD, SCALE_PROBLEM, write
+
+RUNGS = "static,compile,run,correctness"
+# The reference runs in the judge: on the 1000-element case (the correctness rung, after
+# the problem's own checks on the smallest case) it kills the judge with SIGSEGV, every
+# time or only while a marker file beside the problem is missing.
+CRASHING_REFERENCE = '''
+    import os, signal
+    from pathlib import Path
+
+    _MARK = Path(__file__).with_name("crashed")
+
+    def reference(x):
+        if x.numel() == 1000 and (ALWAYS or not _MARK.exists()):
+            _MARK.touch()
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return x * 2 + 1
+'''
+
+
+def _crashing_problem(tmp_path, always: bool):
+    source = SCALE_PROBLEM.replace('''
+    def reference(x):
+        return x * 2 + 1
+''', CRASHING_REFERENCE.replace("ALWAYS", str(always)))
+    return write(tmp_path / "crashing" / "problem.py", source).parent
+
+
+@pytest.mark.parametrize("always", [False, True], ids=["once", "twice"])
+def test_a_judge_killed_by_sigsegv_is_tried_again_then_reported_as_krungs(
+        krung, tmp_path, version, always):
+    problem = _crashing_problem(tmp_path, always)
+    result = krung("run", problem, version("good", GOOD), "--rungs", RUNGS, "--json",
+                   env={"KRUNG_SERVICE": "off"})
+    run = result.json()
+    first = run["env"]["first_try"]
+    assert first["error"].startswith("the judge process exited with status -11"), first
+    assert first["rungs_done"][:3] == ["static", "compile", "run"]
+    run_dir = tmp_path / "store" / "runs" / run["run_id"]
+    assert "Segmentation fault" in (run_dir / "judge.1.log").read_text()
+    if always:
+        assert result.code == 3 and run["outcome"] == "error" and not run["ok"], result.stderr
+        assert "status -11" in run["error"]
+        text = krung("show", run["run_id"])
+        assert "krung failed, not your version" in text.stdout
+    else:
+        assert result.code == 0 and run["outcome"] == "passed", result.stderr
+        assert [r["name"] for r in run["rungs"]] == RUNGS.split(",")  # the second try's
+        assert all(r["status"] == "ok" for r in run["rungs"])
+        assert run["error"] is None and run["env"]["judge"] == "cold"

@@ -171,3 +171,45 @@ class ModelNew(torch.nn.Module):
     def forward(self, x):
         return _module().relu(x.contiguous())
 '''
+
+
+def test_krungs_own_failure_is_left_out_of_the_scores_and_the_suite_says_what_runs(
+        tmp_path, store):
+    """A problem whose judge dies on both tries has no verdict: it is counted apart, not as
+    the solution's failure; while problems run, a line every so often names each, how long
+    it has run and where it is."""
+    from krung.host.suite import run_suite
+    from krung.protocol.settings import Settings
+    from tests.conftest import SCALE_PROBLEM, write
+    from tests.test_evaluate import _crashing_problem
+
+    problems = tmp_path / "problems"
+    write(problems / "fine" / "problem.py", SCALE_PROBLEM)
+    _crashing_problem(problems, always=True)
+    slow = "import time\ndef kernel(x):\n    time.sleep(0.2)\n    return x * 2 + 1\n"
+    for name in ("fine", "crashing"):
+        write(tmp_path / "solutions" / f"{name}.py", slow)
+    seen: list[str] = []
+    result = run_suite(problems, tmp_path / "solutions", rungs="static,compile,run,correctness",
+                       device="cpu", settings=Settings(store=store, service="off"),
+                       on_running=lambda r: seen.extend(f"{x.job.problem} {x.at}" for x in r),
+                       every_s=0.5)
+    by_name = {e.problem: e for e in result.entries}
+    assert by_name["fine"].correct and by_name["crashing"].krung_failed
+    assert by_name["crashing"].to_json()["outcome"] == "error"
+    assert by_name["crashing"].verdict().startswith("krung failed, not the solution: the judge")
+    scores = result.scores
+    assert (scores["problems"], scores["correct"], scores["krung_errors"]) == (1, 1, 1)
+    assert scores["correctness"] == 1.0 and result.krung_failed
+    assert any("fine [correctness] case" in line for line in seen), seen
+
+
+def test_an_evaluation_past_its_deadline_is_stopped_and_not_tried_again(krung, tmp_path,
+                                                                        scale_problem, version):
+    slow = version("slow", "import time\ndef kernel(x):\n    time.sleep(3)\n    return x * 2 + 1\n")
+    result = krung("run", scale_problem, slow, "--rungs", "static,compile,run,correctness",
+                   "--json", env={"KRUNG_RUN_TIMEOUT": "20", "KRUNG_SERVICE": "off"})
+    run = result.json()
+    assert result.code == 3 and run["outcome"] == "error", result.stderr
+    assert "ran past its deadline (KRUNG_RUN_TIMEOUT=20 s) and was stopped at [" in run["error"]
+    assert "first_try" not in run["env"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,10 +52,18 @@ def suite(
         else:
             out.print(line, markup=False)
 
+    def running(at_work: list[Any]) -> None:
+        # every 30 s, what runs and for how long: a slow problem is seen, never a silence
+        now = time.monotonic()
+        jobs = "; ".join(f"{Path(r.job.problem).stem} {now - r.since:.0f} s {r.at}"
+                         for r in at_work)
+        sys.stderr.write(f"running {len(at_work)} ({done} done): {jobs or '-'}\n")
+        sys.stderr.flush()
+
     chosen = choose_executor(given)
     result = krung.run_suite(problems_dir, given["solutions"], precision=given["precision"],
                              rungs=given["rungs"], device=given["device"], settings=settings,
-                             executor=chosen, on_entry=progress)
+                             executor=chosen, on_entry=progress, on_running=running)
     if json_output:
         sys.stdout.write(json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
     else:
@@ -62,7 +71,7 @@ def suite(
         out.print(_table(result))
         for line in _score_lines(result):
             out.print(line, markup=False)
-    if any(e.run is not None and e.run.error for e in result.entries):
+    if result.krung_failed:
         raise typer.Exit(INTERNAL)
     raise typer.Exit(OK if result.ok else FAILED)
 
@@ -84,6 +93,9 @@ def _score_lines(result: krung.SuiteResult) -> list[str]:
     precision = f", precision {result.precision}" if result.precision else ""
     lines = [f"KernelBench scores over {s['problems']} problem(s) with a solution{precision}:",
              f"  correctness {s['correct']}/{s['problems']} = {_fmt(s['correctness'])}"]
+    if s["krung_errors"]:
+        lines.append(f"  krung failed on {s['krung_errors']} more (not counted above: no "
+                     "verdict on their solutions; each says why)")
     if result.timed:
         lines.append("  " + "  ".join(f"fast_{p} {_fmt(s[f'fast_{p}'])}" for p in (0, 1, 2)))
         lines.append(f"  geomean speedup {_fmt(s['geomean_speedup'])} (over the correct ones)")

@@ -113,12 +113,13 @@ def evaluate(
             # The roofline rung reads the device's ceilings measured before, if any.
             calibrations=db.calibrations() if {"roofline", "profile"} & set(names) else [])
         with _sigterm_interrupts():
-            interrupted = _drive_judge(run, db, request, settings, on_result, on_progress,
-                                       on_env, env or {})
-            if run.error and not interrupted:  # krung's own failure: once more, plainer
+            deadline = time.monotonic() + settings.run_timeout_s
+            interrupted, again = _drive_judge(run, db, request, settings, on_result,
+                                              on_progress, on_env, env or {}, deadline)
+            if again:  # krung's own failure: once more, plainer
                 request, settings = _second_try(run, db, request, settings, on_progress)
-                interrupted = _drive_judge(run, db, request, settings, on_result, on_progress,
-                                           on_env, env or {})
+                interrupted, _ = _drive_judge(run, db, request, settings, on_result,
+                                              on_progress, on_env, env or {}, deadline)
         db.finish(run)
         if interrupted:
             raise KeyboardInterrupt
@@ -224,14 +225,17 @@ def _take_judge(settings: Settings, store: Path, run_dir: Path, env: dict[str, s
 
 def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Settings,
                  on_result: OnResult | None, on_progress: OnProgress | None,
-                 on_env: OnEnv | None, env: dict[str, str]) -> bool:
-    """Send the request to a judge and record what it sends; True when interrupted."""
+                 on_env: OnEnv | None, env: dict[str, str], deadline: float
+                 ) -> tuple[bool, bool]:
+    """Send the request to a judge and record what it sends, until `deadline` (monotonic);
+    whether it was interrupted, and whether krung's own failure ended it (worth a second
+    try: not an interruption, not the deadline)."""
     run_dir = Path(request.run_dir)
     try:
         judge = _take_judge(settings, db.path, run_dir, env)
     except KeyboardInterrupt:  # a judge half taken sees its channel close, and ends
         run.error = "interrupted (Ctrl-C or SIGTERM) before the evaluation began"
-        return True
+        return True, False
     run.env["judge"] = judge.origin
     worker_pid = None
     limit, stop_within = JUDGE_START_S, 15.0
@@ -239,12 +243,16 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
     stall_limit = max(settings.compile_timeout_s, settings.call_timeout_s,
                       settings.bench_timeout_s) + 120
     moved_at = time.monotonic()
-    interrupted = False
+    interrupted = again = False
+    at = "before its first rung"  # where the judge was, as its progress said
     try:
         judge.channel.send(request)
         while True:
-            if not judge.channel.poll(limit):
+            left = deadline - time.monotonic()
+            if not judge.channel.poll(max(min(limit, left), 0)):
                 stop_within = 0
+                if left <= limit:
+                    raise _past_deadline(settings, at)
                 raise _JudgeFailed(f"the judge sent nothing for {limit:g} s and was killed")
             message = judge.channel.recv(expect=messages.FROM_JUDGE)
             if not isinstance(message, messages.Ready):  # a judge handed over before it
@@ -256,6 +264,9 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
                 raise _JudgeFailed(f"the judge was stuck for {stall_limit:g} s, longer than "
                                    f"any step may take, and was killed; it was at "
                                    f"[{message.rung}] {message.message}")
+            if time.monotonic() > deadline:
+                stop_within = 0
+                raise _past_deadline(settings, at)
             if isinstance(message, messages.Env):
                 run.env.update(message.env)
                 worker_pid = run.env.get("worker_pid", worker_pid)
@@ -265,8 +276,10 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
                     on_env(run.env)
             elif isinstance(message, messages.Calibration):
                 db.save_calibration(message.entry)
-            elif isinstance(message, messages.Progress) and on_progress:
-                on_progress(message.rung, message.message)
+            elif isinstance(message, messages.Progress):
+                at = f"at [{message.rung}] {message.message}"
+                if on_progress:
+                    on_progress(message.rung, message.message)
             elif isinstance(message, messages.RungDone):
                 result = RungResult.from_json(message.result)
                 run.rungs.append(result)
@@ -288,11 +301,14 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
         how = f"exited with status {code}" if code is not None else f"(pid {judge.pid}) ended"
         run.error = (f"the judge process {how} before the evaluation ended; its log ends "
                      f"with:\n{_judge_log_tail(judge, run_dir)}")
+        again = True
     except messages.ProtocolError as exc:  # the judge is krung's own: a bug, or mixed code
         stop_within = 0
         run.error = f"the judge sent a message krung does not declare: {exc}"
+        again = True
     except _JudgeFailed as exc:
         run.error = str(exc) + (f"\n{exc.details}" if exc.details else "")
+        again = exc.retry
     except KeyboardInterrupt:
         interrupted = True
         rung = next((n for n in request.rungs if n not in {r.name for r in run.rungs}), None)
@@ -303,13 +319,22 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
         stop_within = 1.0
     finally:
         _stop(judge, worker_pid if run.error else None, stop_within)
-    return interrupted
+    return interrupted, again
 
 
 class _JudgeFailed(KrungError):
-    def __init__(self, message: str, details: str | None = None):
+    """The judge failed (`retry`: krung's own failure, worth a second try) or the
+    evaluation ran out of time."""
+
+    def __init__(self, message: str, details: str | None = None, retry: bool = True):
         super().__init__(message)
         self.details = details
+        self.retry = retry
+
+
+def _past_deadline(settings: Settings, at: str) -> _JudgeFailed:
+    return _JudgeFailed(f"the evaluation ran past its deadline (KRUNG_RUN_TIMEOUT="
+                        f"{settings.run_timeout_s:g} s) and was stopped {at}", retry=False)
 
 
 def _stop(judge: Judge, worker_pid: int | None, within_s: float) -> None:

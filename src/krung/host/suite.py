@@ -16,18 +16,25 @@ run. KernelBench's scores, over the n problems that have a solution:
   fast_0 is the correct ones that were timed, fast_1 those faster than the reference;
 - the geometric mean of the speedups of the correct ones.
 
+A problem where krung itself failed (its judge died on both tries, or the run passed its
+deadline, KRUNG_RUN_TIMEOUT) has no verdict: it is left out of the scores and counted apart
+(`krung_errors`). While problems run, `on_running` hears every 30 s which, for how long, and
+at which step.
+
 Runs in the caller's process: it never imports torch, a problem or a version.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krung.host.scale import Executor, Job
+from krung.host.scale import Executor, Job, Running
 from krung.host.scale.local import LocalExecutor
 from krung.host.store import Store
 from krung.judge.ladder import select
@@ -78,6 +85,11 @@ class SuiteEntry:
         return None
 
     @property
+    def krung_failed(self) -> bool:
+        """krung itself failed on it (outcome `error`): no verdict on the solution."""
+        return self.run is not None and self.run.error is not None
+
+    @property
     def speedup(self) -> float | None:
         bench = self.run.rung("benchmark") if self.run else None
         return bench.figures.get("speedup") if bench and bench.ok else None
@@ -87,7 +99,7 @@ class SuiteEntry:
             return f"error: {self.error.splitlines()[0]}"
         assert self.run is not None
         if self.run.error:
-            return f"krung failed: {self.run.error.splitlines()[0]}"
+            return f"krung failed, not the solution: {self.run.error.splitlines()[0]}"
         failed = next((r for r in self.run.rungs if not r.ok and r.status.value == "failed"),
                       None)
         if failed is None:
@@ -118,6 +130,7 @@ class SuiteEntry:
         figures = bench.figures if bench and bench.ok else {}
         return {"problem": self.problem, "problem_path": self.problem_path,
                 "solution": self.solution, "format": self.format, "correct": self.correct,
+                "outcome": self.run.outcome if self.run else "error",
                 "verdict": self.verdict(), "reason": self.reason(), "speedup": self.speedup,
                 "median_us": figures.get("geomean_us"),
                 "run_id": self.run.run_id if self.run else None, "error": self.error}
@@ -135,12 +148,21 @@ class SuiteResult:
 
     @property
     def scores(self) -> dict[str, Any]:
-        return scores([e.correct for e in self.entries], [e.speedup for e in self.entries],
-                      self.timed)
+        """KernelBench's scores over the entries with a verdict; those where krung itself
+        failed (`krung_errors`: its judge died twice, or the run's deadline passed) are left
+        out and counted apart, so krung's failure never counts as the solution's."""
+        judged = [e for e in self.entries if not e.krung_failed]
+        found = scores([e.correct for e in judged], [e.speedup for e in judged], self.timed)
+        found["krung_errors"] = len(self.entries) - len(judged)
+        return found
 
     @property
     def ok(self) -> bool:
         return bool(self.entries) and all(e.correct for e in self.entries)
+
+    @property
+    def krung_failed(self) -> bool:
+        return any(e.krung_failed for e in self.entries)
 
     def to_json(self) -> dict[str, Any]:
         return {"problems_dir": self.problems_dir, "solutions_dir": self.solutions_dir,
@@ -164,6 +186,28 @@ def scores(correct: list[bool], speedups: list[float | None], timed: bool = True
     result["geomean_speedup"] = (math.exp(sum(math.log(s) for s in fast) / len(fast))
                                  if fast and timed else None)
     return result
+
+
+@contextlib.contextmanager
+def _every(seconds: float, tell: Callable[[], None] | None) -> Iterator[None]:
+    """`tell()` every `seconds` from a thread of its own while the block runs (this process
+    holds no CUDA: the evaluations run in judges and workers of their own)."""
+    if tell is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            tell()
+
+    thread = threading.Thread(target=loop, name="krung-suite-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def find_pairs(problems_dir: Path, solutions_dir: Path
@@ -205,10 +249,13 @@ def run_suite(
     settings: Settings | None = None,
     executor: Executor | None = None,
     on_entry: Callable[[SuiteEntry], None] | None = None,
+    on_running: Callable[[list[Running]], None] | None = None,
+    every_s: float = 30.0,
 ) -> SuiteResult:
     """Evaluate every problem of `problems_dir` that has a solution in `solutions_dir` with
     `executor` (default: one at a time, here) and score them. `precision` applies to the
-    KernelBench problems."""
+    KernelBench problems. `on_entry` hears of each problem as it ends; `on_running`, every
+    `every_s` seconds, of the problems at work (each within KRUNG_RUN_TIMEOUT)."""
     precision_dtype(precision)  # an unknown precision fails before anything runs
     pairs, without_solution, without_problem = find_pairs(Path(problems_dir),
                                                           Path(solutions_dir))
@@ -230,11 +277,13 @@ def run_suite(
                   device=device, precision=precision if kind == KERNELBENCH else None)
         entries[job] = SuiteEntry(problem_name(problem), str(problem), str(solution), kind,
                                   timed=result.timed)
+    executor = executor or LocalExecutor()
     # A broken problem is an outcome with an error: the suite goes on without it.
-    for outcome in (executor or LocalExecutor()).map(list(entries), settings):
-        entry = entries[outcome.job]
-        entry.run, entry.error = outcome.run, outcome.error
-        if on_entry:
-            on_entry(entry)
+    with _every(every_s, on_running and (lambda: on_running(executor.running()))):
+        for outcome in executor.map(list(entries), settings):
+            entry = entries[outcome.job]
+            entry.run, entry.error = outcome.run, outcome.error
+            if on_entry:
+                on_entry(entry)
     result.entries = list(entries.values())  # in the problems' order
     return result

@@ -107,6 +107,11 @@ class Settings:
                                     "seconds for one call of the version")
     bench_timeout_s: float = setting(300.0, "KRUNG_BENCH_TIMEOUT",
                                      "seconds for timing one bench case")
+    run_timeout_s: float = setting(
+        1800.0, "KRUNG_RUN_TIMEOUT",
+        "seconds for a whole evaluation, both tries included: past it the judge and its "
+        "worker are stopped and the run is recorded as krung's error with the step it was "
+        "at (a suite goes on with the next problem)")
     cuda_ipc: bool = setting(True, "KRUNG_CUDA_IPC",
                              "1 to pass GPU tensors between processes by CUDA IPC, 0 to copy "
                              "them through host memory")

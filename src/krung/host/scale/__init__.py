@@ -33,6 +33,15 @@ class Job:
 
 
 @dataclass
+class Running:
+    """A job at work: since when (monotonic) and where its judge last said it was."""
+
+    job: Job
+    since: float
+    at: str = "starting"
+
+
+@dataclass
 class Outcome:
     """What became of one job: its run, or why there is none (a bad version path, say)."""
 
@@ -48,6 +57,11 @@ class Executor(Protocol):
 
     def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
         """Run the jobs, yielding each outcome as it completes, recorded in settings.store."""
+        ...
+
+    def running(self) -> list[Running]:
+        """The jobs at work now (from any thread), for a line every so often; [] where the
+        executor cannot tell."""
         ...
 
 

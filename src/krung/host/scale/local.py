@@ -17,12 +17,14 @@ import os
 import queue
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from krung.host import service
 from krung.host.evaluate import evaluate
-from krung.host.scale import Job, Outcome
+from krung.host.scale import Job, Outcome, Running
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
 
@@ -41,6 +43,10 @@ class LocalExecutor:
                              hint="e.g. --workers 2, or --gpus 0,1 --per-gpu 2")
         self.per_gpu = per_gpu
         self.slots = len(self.gpus) * per_gpu if self.gpus else workers
+        self._running: dict[int, Running] = {}  # by the slot thread's id
+
+    def running(self) -> list[Running]:
+        return sorted(self._running.copy().values(), key=lambda r: r.since)
 
     def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
         slots: queue.Queue[dict[str, str]] = queue.Queue()
@@ -61,7 +67,7 @@ class LocalExecutor:
         with warm, ThreadPoolExecutor(max_workers=self.slots,
                                       thread_name_prefix="krung-slot") as pool:
             pending: set[Future[Outcome]] = {
-                pool.submit(_run_in_slot, job, settings, slots) for job in jobs}
+                pool.submit(self._run_in_slot, job, settings, slots) for job in jobs}
             again: list[Job] = []
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -76,11 +82,31 @@ class LocalExecutor:
             alone: queue.Queue[dict[str, str]] = queue.Queue()
             for gpu in self.gpus:
                 alone.put({"CUDA_VISIBLE_DEVICES": gpu})
-            pending = {pool.submit(_run_in_slot, job, settings, alone) for job in again}
+            pending = {pool.submit(self._run_in_slot, job, settings, alone) for job in again}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
+
+    def _run_in_slot(self, job: Job, settings: Settings,
+                     slots: queue.Queue[dict[str, str]]) -> Outcome:
+        env = slots.get()
+        me = threading.get_ident()
+        self._running[me] = Running(job, time.monotonic())
+
+        def progress(rung: str, message: str) -> None:
+            self._running[me].at = f"[{rung}] {message}"
+
+        try:
+            run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
+                           seed=job.seed, precision=job.precision, settings=settings, env=env,
+                           on_progress=progress)
+            return Outcome(job, run=run)
+        except KrungError as exc:  # this job cannot run (its file is missing, say); the rest can
+            return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
+        finally:
+            self._running.pop(me, None)
+            slots.put(env)
 
 
 def cpu_share(slots: int) -> int | None:
@@ -93,18 +119,6 @@ def cpu_share(slots: int) -> int | None:
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) // slots)
-
-
-def _run_in_slot(job: Job, settings: Settings, slots: queue.Queue[dict[str, str]]) -> Outcome:
-    env = slots.get()
-    try:
-        run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
-                       seed=job.seed, precision=job.precision, settings=settings, env=env)
-        return Outcome(job, run=run)
-    except KrungError as exc:  # this job cannot run (its file is missing, say); the rest can
-        return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
-    finally:
-        slots.put(env)
 
 
 MEMORY_FAILURES = re.compile(r"out of memory|OUT_OF_MEMORY|OutOfMemoryError|WorkerCrashed",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import krung
-from krung.host.scale import Job, Outcome
+from krung.host.scale import Job, Outcome, Running
 from krung.host.scale.job import error_record, outcome_of, pack, run_packed, unpack
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
@@ -51,6 +51,9 @@ class RayExecutor:
             ray.init(address=address, ignore_reinit_error=True, include_dashboard=False,
                      log_to_driver=False)
         self.slots = int(ray.cluster_resources().get("CPU", 1))
+
+    def running(self) -> list[Running]:
+        return []  # not told: the evaluations run elsewhere
 
     def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
         task = self.ray.remote(evaluate_packed)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from krung.host.scale import Job, Outcome
+from krung.host.scale import Job, Outcome, Running
 from krung.host.scale.job import outcome_of, pack
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
@@ -38,6 +38,9 @@ class SSHExecutor:
         self.ssh_options = list(ssh_options or [])
         self.slots = workers
         self.timeout_s = timeout_s
+
+    def running(self) -> list[Running]:
+        return []  # not told: the evaluations run elsewhere
 
     def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
         with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="krung-ssh") as pool:

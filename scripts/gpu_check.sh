@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # What only a GPU can check, in parts that each fit one 10-minute device call:
+#   scripts/gpu_check.sh gate      the GPU gate (scripts/gpu_gate.py): the `gpu` tests, the
+#                                  corpus through the default ladder cold and warm (0 krung
+#                                  crashes), `krung suite` over 20 KernelBench level-1
+#                                  problems at declared sizes; one line in GPU_GATE.md.
+#                                  Every change to a GPU path passes it before it lands.
 #   scripts/gpu_check.sh ladder    the `gpu` tests of the ladder and the built-in problems
 #   scripts/gpu_check.sh verify    what changed on GPU paths and has not run on the H200 yet:
 #                                  delegation (CUPTI names), the sandbox's walls
@@ -28,6 +33,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 gpu_tests() { python3 -m pytest -m gpu -p no:cacheprovider -rs -s --durations=15 "$@"; }
 case "$part" in
+  gate) python3 scripts/gpu_gate.py --sets "${SETS:-.gpu/problem_sets.tar.gz}" --out "$OUT" \
+          --suite "${SUITE_N:-20}" 2>&1 | tee "$OUT/gate.log" ;;
   ladder) gpu_tests tests/test_gpu.py tests/test_builtin_problems.py 2>&1 | tee "$OUT/ladder.log" ;;
   verify) gpu_tests tests/test_timing.py tests/test_delegation.py tests/test_gpu_persisting_l2.py \
             tests/test_red_team.py tests/test_gpu_red_team.py tests/test_sandbox.py 2>&1 \
@@ -86,5 +93,5 @@ PY
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
       --jobs "${JOBS:-6}" --timeout 300 --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
       ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
-  *) echo "unknown part $part: ladder, verify, formats, inspect, dsls, bench, latency, suite or sets" >&2; exit 2 ;;
+  *) echo "unknown part $part: gate, ladder, verify, formats, inspect, dsls, bench, latency, suite or sets" >&2; exit 2 ;;
 esac

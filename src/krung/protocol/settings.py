@@ -101,6 +101,11 @@ class Settings:
         "auto", "KRUNG_DEVICE", "auto, cpu or cuda; auto takes CUDA when torch sees a GPU",
         one_of(DEVICES, "a device krung knows"))
     seeds: int = setting(3, "KRUNG_SEEDS", "seeds per test case in the correctness rung")
+    cpu_check_budget_s: float = setting(
+        3.0, "KRUNG_CPU_CHECK_BUDGET",
+        "seconds the correctness rung aims to spend on a CPU (Triton's interpreter): cases "
+        "are shrunk to fit, keeping what Triton specialises on, and the determinism rung "
+        "takes a case that fits a quarter of it; 0 checks every case as declared")
     compile_timeout_s: float = setting(180.0, "KRUNG_COMPILE_TIMEOUT",
                                        "seconds for import + first call")
     call_timeout_s: float = setting(120.0, "KRUNG_CALL_TIMEOUT",

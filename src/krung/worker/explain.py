@@ -47,10 +47,10 @@ HINTS: list[tuple[str, str]] = [
 
 # Under Triton's interpreter only (CPU runs): constructs it does not implement.
 INTERPRETER_HINTS: list[tuple[str, str]] = [
-    ("libdevice.",
-     "Triton's interpreter has no libdevice (its functions return None there), though the GPU "
-     "compile accepts them: on a CPU use tl.math's functions (tl.exp, tl.log, tl.sqrt, "
-     "tl.sigmoid; tanh(x) = 2 * tl.sigmoid(2 * x) - 1), or evaluate the version on a GPU"),
+    ("has no numpy counterpart in krung's interpreter patch",
+     "krung runs libdevice's math functions under Triton's interpreter, not this one: on a "
+     "CPU use tl.math's functions (tl.exp, tl.log, tl.sqrt, tl.sigmoid) or plain "
+     "arithmetic for it, or evaluate the version on a GPU"),
 ]
 
 COMPILE_ERRORS = {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",

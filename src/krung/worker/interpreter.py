@@ -25,6 +25,16 @@ import functools
 _PATCHED = False
 
 
+def fix_interpreter() -> None:
+    """Every fix krung makes to Triton's interpreter, in the process that runs the kernels:
+    bfloat16, the autotuner, libdevice (krung.worker.libdevice)."""
+    from krung.worker.libdevice import fix_libdevice
+
+    fix_bfloat16()
+    fix_autotune()
+    fix_libdevice()
+
+
 def fix_bfloat16() -> None:
     """Patch the interpreter once, in the process that runs the kernels (with the numpy fix
     below: both are about how the interpreter holds numbers in numpy)."""

@@ -374,10 +374,9 @@ def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
     for package in preloaded:  # after resolve_device: Triton reads TRITON_INTERPRET at import
         importlib.import_module(package)
     if "triton" in preloaded and device == "cpu":
-        from krung.worker.interpreter import fix_autotune, fix_bfloat16
+        from krung.worker.interpreter import fix_interpreter
 
-        fix_bfloat16()
-        fix_autotune()
+        fix_interpreter()
     with OpTrace():
         torch.ones(2).add(1)
     return preloaded
@@ -387,10 +386,9 @@ def prepare_triton(device: str) -> None:
     """Under the interpreter, fix its bfloat16 and its autotuner (krung.worker.interpreter);
     everywhere, note every kernel launch, for the artifacts rung. Once per process."""
     if device == "cpu":
-        from krung.worker.interpreter import fix_autotune, fix_bfloat16
+        from krung.worker.interpreter import fix_interpreter
 
-        fix_bfloat16()
-        fix_autotune()
+        fix_interpreter()
     from krung.worker.launches import install
 
     install()

@@ -14,12 +14,14 @@ seeds but not the other cases, so the report shows every case that fails.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from krung.judge.delegation import Delegation, traced_reference
 from krung.judge.ladder import Context
 from krung.judge.problem import case_label
+from krung.judge.problem.cpu_budget import CpuBudget
 from krung.judge.problem.unseen import narrowed, unseen_pairs
 from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
@@ -70,6 +72,20 @@ SPEC = RungSpec(
                when="when there are some"),
         Figure("unseen_skipped", "", "unseen cases the problem itself cannot make inputs or a "
                "reference output for, and why", "text", when="when there are some"),
+        Figure("cpu_budget_s", "s", "what the rung aims to spend on the version's calls "
+               "(KRUNG_CPU_CHECK_BUDGET); cases are shrunk to fit (krung.judge.problem."
+               "cpu_budget)", when="on a CPU"),
+        Figure("cpu_spent_s", "s", "what the calls took, less the worker's first", when="on a CPU"),
+        Figure("cpu_cost", "", "the cost per call learned on the way: call_s + per_outer_s x "
+               "the outer sizes' product + per_size_s x the sizes' product", "map",
+               when="on a CPU"),
+        Figure("cases_shrunk", "", "cases checked smaller than declared: `declared -> "
+               "checked`; sizes keep Triton's class of them and the innermost its power of "
+               "two where that fits", "text", when="on a CPU, when some were"),
+        Figure("bench_paths_unchecked", "", "bench cases whose shape no affordable checked "
+               "case took (each bench case is checked once at its shape's smallest form "
+               "that keeps the innermost size's power of two): the case and the cost",
+               "text", shown=(HTML, AGENT), when="on a CPU, when there are some"),
         Figure("delegated", "", "some checked call launched no kernel of the version's own "
                "(only torch's operators; krung.judge.delegation): true for a plain torch "
                "version", "flag", shown=(HTML,)),
@@ -112,6 +128,8 @@ SPEC = RungSpec(
                per_case=True, shown=TABLES),
         Figure("delegated", "", "a call of the case launched no kernel of the version's own",
                "flag", per_case=True, required=True, shown=TABLES),
+        Figure("seconds", "s", "the case's wall time in the judge: inputs, reference, calls "
+               "and comparisons over its seeds", per_case=True),
         *(replace(f, per_case=True, meaning=f"{f.meaning}: the worst over the case's "
                   "seeds and outputs") for f in ERROR_FIGURES),
         Figure("check", "", "what the problem's own check said", "text", per_case=True,
@@ -133,6 +151,11 @@ def run(ctx: Context) -> dict[str, Any]:
     unseen, skipped, narrowings = _usable(ctx, unseen_pairs(declared, ctx.seed_for("unseen"),
                                                             ctx.problem.derive_case))
     cases = declared + unseen
+    kinds = ["listed"] * len(declared) + ["unseen"] * len(unseen)
+    budget = _budget(ctx)
+    if budget is not None:  # the bench cases' shapes, at a size this machine affords
+        bench = [c for c in ctx.problem.bench_cases if c not in cases]
+        cases, kinds = cases + bench, kinds + ["bench"] * len(bench)
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
     threads = 0
@@ -140,11 +163,20 @@ def run(ctx: Context) -> dict[str, Any]:
     conduct = KernelConduct()
     failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None
-    for index, case in enumerate(cases):
-        label = case_label(case) + (" (unseen)" if index >= len(declared) else "")
-        ctx.progress("correctness", f"case {index + 1}/{len(cases)} {label}")
-        row: dict[str, Any] = {"case": label, "seeds": 0, "passed": True, "delegated": False}
-        for rep in range(seeds):
+    order = budget.order(cases) if budget else range(len(cases))
+    for done, index in enumerate(order):
+        case, kind = cases[index], kinds[index]
+        case_seeds = 1 if kind == "bench" else seeds  # a bench shape: its code path, once
+        if budget is not None:
+            case = budget.fit(case, case_seeds, len(cases) - done)
+            if case is None:  # a bench shape not even its smallest form affords
+                continue
+        label = case_label(case) + _origin(cases[index], case, kind)
+        ctx.progress("correctness", f"case {done + 1}/{len(cases)} {label}")
+        row: dict[str, Any] = {"case": label, "seeds": 0, "passed": True, "delegated": False,
+                               "index": index}
+        started = time.perf_counter()
+        for rep in range(case_seeds):
             inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
             reference_ops = None
             if rep == 0:  # traced: the reference's operators and kernels too
@@ -155,7 +187,10 @@ def run(ctx: Context) -> dict[str, Any]:
             else:
                 expected = ctx.expected(inputs)
             what = f"case {label}, seed #{rep}"
+            called = time.perf_counter()
             reply = ctx.checked_call(inputs, expected, what, trace=rep == 0)
+            if budget is not None:
+                budget.note(case, time.perf_counter() - called, first=done == rep == 0)
             threads = max(threads, reply.get("threads_started", 0))
             # On a GPU only the traced call names the device's kernels (CUDA C++ ones too):
             # the others' Triton launches alone cannot tell a delegated call.
@@ -180,9 +215,14 @@ def run(ctx: Context) -> dict[str, Any]:
                     row["check"] = verdict.check_message
                 failures.append((label, rep, verdict, case, index))
                 break
+        row["seconds"] = round(time.perf_counter() - started, 4)
         rows.append(row)
+    rows = [{k: v for k, v in r.items() if k != "index"}
+            for r in sorted(rows, key=lambda r: r["index"])]
     figures = _summary(rows, seeds, worst)
     figures["unseen_cases"] = len(unseen)
+    if budget is not None:
+        figures.update(budget.figures())
     figures.update(delegation.figures(ctx.traces_ops))
     if skipped:  # the problem's own limits, said in the run rather than dropped
         figures["unseen_skipped"] = "; ".join(skipped)
@@ -194,6 +234,23 @@ def run(ctx: Context) -> dict[str, Any]:
     if failures:
         raise _mismatch(failures, rows, figures, _nondeterminism(ctx, failures))
     return figures
+
+
+def _budget(ctx: Context) -> CpuBudget | None:
+    """On a CPU, the cases fitted to the time budget (krung.judge.problem.cpu_budget)."""
+    if ctx.device != "cpu" or ctx.settings.cpu_check_budget_s <= 0:
+        return None
+    return CpuBudget(ctx.settings.cpu_check_budget_s, lambda c: _unusable(ctx, c) is None)
+
+
+def _origin(declared: dict, checked: dict, kind: str) -> str:
+    """What a row's label adds to its case: unseen, from a bench case, shrunk from one."""
+    if kind == "bench":
+        return f" (bench {case_label(declared)})"
+    tail = " (unseen)" if kind == "unseen" else ""
+    if checked != declared:
+        tail += f" (shrunk from {case_label(declared)})"
+    return tail
 
 
 class KernelConduct:

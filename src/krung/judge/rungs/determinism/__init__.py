@@ -37,6 +37,8 @@ SPEC = RungSpec(
         Figure("case", "", "the case run twice", "text"),
         Figure("runs", "", "the runs compared", "count"),
         Figure("identical", "", "whether the two runs gave the same bits", "flag"),
+        Figure("shrunk_from", "", "the largest test case, of which `case` is the form a CPU "
+               "affords (KRUNG_CPU_CHECK_BUDGET)", "text", when="on a CPU, when shrunk"),
         Figure("differing", "", "the elements that differ between the runs", "count",
                when="on Nondeterministic"),
         *(Figure(f"{tool}_errors", "", f"errors compute-sanitizer {tool} found", "count",
@@ -49,7 +51,8 @@ SPEC = RungSpec(
 def run(ctx: Context) -> dict[str, Any]:
     from krung.judge.metrics import bit_differences
 
-    case = max(ctx.problem.test_cases, key=case_size)  # races show best on the largest case
+    declared = max(ctx.problem.test_cases, key=case_size)  # races show best on the largest
+    case = _affordable(ctx, declared)
     label = case_label(case)
     inputs = ctx.make_inputs(case, ctx.seed_for("determinism"))
     expected, why = reference_nondeterminism(ctx, inputs)
@@ -73,9 +76,30 @@ def run(ctx: Context) -> dict[str, Any]:
                 "or a read of memory nothing wrote (uninitialised accumulators, padding lanes)",
                 figures={"case": label, "differing": count})
     figures: dict[str, Any] = {"case": label, "runs": 2, "identical": True}
+    if case != declared:
+        figures["shrunk_from"] = case_label(declared)
     if ctx.settings.sanitize:
         figures.update(_sanitize(ctx, case))
     return figures
+
+
+def _affordable(ctx: Context, case: dict) -> dict:
+    """On a CPU, the case shrunk (as the correctness rung shrinks them, with the cost it
+    learned there) so its two runs fit a quarter of the CPU check budget."""
+    from krung.judge.problem.cpu_budget import CostModel, shrink
+
+    checked = ctx.results.get("correctness")
+    cost = checked.figures.get("cpu_cost") if checked is not None else None
+    if ctx.device != "cpu" or not cost:
+        return case
+    model = CostModel(coefficients=(cost["call_s"], cost["per_outer_s"], cost["per_size_s"]))
+    share = ctx.settings.cpu_check_budget_s / 4
+
+    def fits(candidate: dict) -> bool:
+        return 2 * model.predict(candidate) <= share
+
+    smaller = shrink(case, fits, keep_block=True)
+    return smaller if fits(smaller) else shrink(smaller, fits)
 
 
 def reference_nondeterminism(ctx: Context, inputs: tuple) -> tuple[list, str | None]:

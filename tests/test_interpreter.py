@@ -210,7 +210,7 @@ def test_a_version_calling_libdevice_passes_on_the_cpu_unchanged(krung, version)
 
 def test_a_libdevice_function_without_a_counterpart_names_itself_and_what_to_use():
     from krung.worker.explain import INTERPRETER_HINTS
-    from krung.worker.libdevice import NO_COUNTERPART, function_for
+    from krung.worker.interpreter import NO_COUNTERPART, function_for
 
     assert function_for("__nv_byte_perm") is None
     message = NO_COUNTERPART.format(symbol="__nv_byte_perm")

@@ -71,14 +71,18 @@ def test_output_buffers_are_found_where_the_reference_returns_a_new_tensor(krung
     """As pmpp_v2/prefixsum_py: the data carries a float32 buffer, the reference ignores it
     and returns a new float64 tensor. The buffer is found (krung took it for an input and
     rejected the problem: its contents are whatever the allocator had), and GPU MODE's own
-    submission, float32 written into it, passes: the problem's check decides what it takes."""
+    submission, float32 written into it, passes: the problem's check decides what it takes,
+    in the timed calls as in the checked ones (the benchmark rung once held the float32
+    output to the reference's float64: OutputContract)."""
     problem = GPUMODE / "prefixsum_py"
     for version in (problem / "submission.py", reference_as_version(problem, tmp_path)):
-        result = krung("run", problem, version, "--rungs", CHECKS + ",determinism", "--json")
+        result = krung("run", problem, version, "--rungs", CHECKS + ",determinism,benchmark",
+                       "--json")
         assert result.code == 0, result.stdout + result.stderr
         rungs = {r["name"]: r for r in result.json()["rungs"]}
-        assert rungs["correctness"]["figures"]["passed"] == 5  # three declared, two unseen
+        assert rungs["correctness"]["figures"]["passed"] >= 5  # declared and unseen cases
         assert rungs["determinism"]["status"] == "ok"
+        assert rungs["benchmark"]["status"] == "ok", rungs["benchmark"]
 
 
 @pytest.mark.parametrize("version, rung, error_type, words", [

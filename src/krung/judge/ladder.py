@@ -230,6 +230,13 @@ class Context:
         policy forbids some, or asks for the version's own kernel (docs/trust.md)."""
         return bool(self.problem.forbid_ops) or self.problem.require_own_kernel
 
+    def check_contract(self, reply: dict[str, Any], expected: list, what: str) -> None:
+        """The outputs' contract (krung.judge.contract), the same in every rung: where the
+        problem's own check decides what it accepts (GPU MODE's), dtype and shape are its
+        call, in the timed calls as in the checked ones."""
+        check_outputs(reply, expected, self.device, what,
+                      exact=not self.problem.check_decides_outputs)
+
     def checked_call(self, inputs: tuple, expected: list, what: str, *,
                      poison_byte: int = NAN_BYTE, trace: bool = False) -> messages.Called:
         """Run the version once under the call contract (krung.judge.contract): the memory its
@@ -247,8 +254,7 @@ class Context:
         limit = 2 * (nbytes(inputs) + nbytes(expected)) + (1 << 20)
         reply = self.ask(message, what, self.settings.call_timeout_s, limit)
         check_conduct(reply, what, forbidden_op_names(self.problem.forbid_ops))
-        check_outputs(reply, expected, self.device, what,
-                      exact=not self.problem.check_decides_outputs)
+        self.check_contract(reply, expected, what)
         if reply.inputs_after is not None:
             check_inputs_unchanged(reply.inputs_after, inputs, what, writable)
         return reply

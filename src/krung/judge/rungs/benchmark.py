@@ -31,7 +31,7 @@ from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
-from krung.judge.contract import check_conduct, check_outputs
+from krung.judge.contract import check_conduct
 from krung.judge.device import clock_state, clock_warning, floor_us
 from krung.judge.ladder import Context, nbytes, poison_leaves
 from krung.judge.problem import case_label
@@ -471,7 +471,7 @@ def _check_timed_outputs(ctx: Context, reply: dict[str, Any], sets: list, expect
     for set_index, (outputs, specs, inputs, want) in enumerate(
             zip(reply["outputs"], reply["specs"], sets, expected, strict=True)):
         what = f"the timed calls of bench case {label}, input set {set_index + 1}"
-        check_outputs({"specs": specs, "tuple": reply["tuple"]}, want, ctx.device, what)
+        ctx.check_contract({"specs": specs, "tuple": reply["tuple"]}, want, what)
         verdict = judge_outputs(ctx.problem, inputs, outputs, want, reply["tuple"], ctx.device)
         if not verdict.passed:
             comparison = verdict.comparison

@@ -137,3 +137,22 @@ def test_threads_left_running_are_seen():
         stop.set()
         worker.join()
     assert worker.ident not in guard.python_threads() - before
+
+
+def test_several_outputs_are_read_from_the_tuples_storage():
+    """A tuple subclass's own iteration (where deferred work could hide) never runs; torch's
+    named tuples are taken as tuples."""
+    plain = PlainOutputs()
+    x = torch.randn(4, 9, generator=torch.Generator().manual_seed(8))
+
+    class Deferred(tuple):
+        def __iter__(self):
+            raise AssertionError("krung ran the version's __iter__")
+
+    first, second = x * 2, x + 1
+    got = plain.items(Deferred((first, second)))
+    assert got[0] is first and got[1] is second
+    found = torch.max(x, dim=1)
+    assert plain.is_sequence(found)
+    assert [t.data_ptr() for t in plain.items(found)] == [found.values.data_ptr(),
+                                                          found.indices.data_ptr()]

@@ -138,7 +138,7 @@ class PlainOutputs:
     before the version is imported: it could replace torch's, or return a tensor with a
     method set on it (`clone`, `detach`) that computes the result when krung copies it,
     outside the calls' trace and time. An output is a plain torch.Tensor (that exact type)
-    with nothing set on it, in a plain tuple or list if several, and is copied with
+    with nothing set on it, in a tuple or list if several (read from its storage), copied with
     `torch.Tensor.clone` as bound here (`copy`), never through the tensor's attributes."""
 
     def __init__(self) -> None:
@@ -147,13 +147,17 @@ class PlainOutputs:
         self.tensor, self.strided = torch.Tensor, torch.strided
         self.clone = torch.Tensor.clone
         self.layout = _static(torch.Tensor, "layout").__get__
-        self.type, self.vars, self.list = type, vars, list
+        self.type, self.vars, self.list, self.subclass = type, vars, list, issubclass
+        # A tuple's items read from its storage: a subclass's own __iter__ never runs (torch's
+        # named tuples, such as torch.return_types.max, are tuples).
+        self.tuple_items, self.list_items = tuple.__iter__, list.__iter__
 
     def is_sequence(self, value: Any) -> bool:
-        return self.type(value) is tuple or self.type(value) is list
+        return self.subclass(self.type(value), (tuple, list))
 
     def items(self, value: Any) -> list[Any]:
-        return self.list(value)
+        tuple_like = self.subclass(self.type(value), tuple)
+        return self.list((self.tuple_items if tuple_like else self.list_items)(value))
 
     def problem(self, i: int, output: Any) -> str | None:
         """Why output `i` cannot be taken as it is; None if it can."""

@@ -10,8 +10,16 @@ import time
 import pytest
 import torch
 
-from krung.worker import guard
-from krung.worker.guard import NAN_BYTE, OTHER_BYTE, OpTrace, Sentinels, perturbed, poison
+from krung.worker import guard, timing
+from krung.worker.guard import (
+    NAN_BYTE,
+    OTHER_BYTE,
+    OpTrace,
+    PlainOutputs,
+    Sentinels,
+    perturbed,
+    poison,
+)
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -58,6 +66,53 @@ def test_sentinels_catch_a_replaced_timer_or_comparison(monkeypatch):
     assert sentinels.tampered() == []
 
 
+class _Holder:
+    def send(self) -> str:
+        return "sent"
+
+
+def test_sentinels_catch_krungs_own_code_changed_in_any_way(monkeypatch):
+    """The worker's own timing, its classes' methods, its functions' code and the objects it
+    holds: each change named, each undone change forgotten."""
+    holder = _Holder()
+    sentinels = Sentinels({"Holder": holder})
+    assert sentinels.tampered() == []
+    forged = [
+        (timing.Samples, "to_json", lambda self: {}),  # a method replaced
+        (timing.Samples, "__getattribute__", lambda self, name: 0),  # one added
+        (timing.measure, "__code__", timing.summarise.__code__),  # a function's code
+        (timing, "sum", lambda values: 0),  # a builtin shadowed in the module
+        (holder, "send", lambda: "forged"),  # a method shadowed on an object
+    ]
+    said = ["krung.worker.timing.Samples.to_json", "krung.worker.timing.Samples.__getattribute__ (added)",
+            "krung.worker.timing.measure.__code__", "krung.worker.timing.sum (added)",
+            "Holder.send (set on the instance)"]
+    for (owner, name, value), words in zip(forged, said, strict=True):
+        monkeypatch.setattr(owner, name, value, raising=False)
+        assert sentinels.tampered() == [words]
+        monkeypatch.undo()
+    assert sentinels.tampered() == []
+
+
+def test_outputs_are_taken_as_they_are():
+    plain = PlainOutputs()
+    x = torch.randn(37, generator=torch.Generator().manual_seed(5))
+    honest = torch.empty_like(x)
+    torch.mul(x, 3, out=honest)
+    assert plain.problem(0, honest) is None
+    copy = plain.copy(honest)
+    assert torch.equal(copy, honest) and copy.data_ptr() != honest.data_ptr()
+    lazy = torch.empty_like(x)
+    lazy.clone = lambda *args, **kwargs: x * 3  # the work, run only when krung copies it
+    assert "attributes set on it (clone)" in plain.problem(0, lazy)
+
+    class Lazy(torch.Tensor):
+        pass
+
+    assert "subclass of torch.Tensor" in plain.problem(1, x.as_subclass(Lazy))
+    assert "not a torch.Tensor" in plain.problem(0, x.numpy())
+
+
 def test_the_operator_trace_records_what_ran_inside_it_only():
     a, b = torch.randn(16, 8), torch.randn(8, 4)
     torch.relu(a)  # before the trace: not recorded
@@ -82,3 +137,22 @@ def test_threads_left_running_are_seen():
         stop.set()
         worker.join()
     assert worker.ident not in guard.python_threads() - before
+
+
+def test_several_outputs_are_read_from_the_tuples_storage():
+    """A tuple subclass's own iteration (where deferred work could hide) never runs; torch's
+    named tuples are taken as tuples."""
+    plain = PlainOutputs()
+    x = torch.randn(4, 9, generator=torch.Generator().manual_seed(8))
+
+    class Deferred(tuple):
+        def __iter__(self):
+            raise AssertionError("krung ran the version's __iter__")
+
+    first, second = x * 2, x + 1
+    got = plain.items(Deferred((first, second)))
+    assert got[0] is first and got[1] is second
+    found = torch.max(x, dim=1)
+    assert plain.is_sequence(found)
+    assert [t.data_ptr() for t in plain.items(found)] == [found.values.data_ptr(),
+                                                          found.indices.data_ptr()]

@@ -97,7 +97,7 @@ CHEATS = {
             pass
         def kernel(x):
             return (x * 2 + 1).as_subclass(Lazy)
-    """, "run", "OutputContract", "not a plain torch.Tensor"),
+    """, "run", "OutputType", "not a plain torch.Tensor"),
     # Returns far more data than the output holds.
     "huge_output": ("""
         import torch
@@ -144,6 +144,28 @@ CHEATS = {
                 return (x.to(torch.bfloat16) * 2 + 1).to(x.dtype)
             return x * 2 + 1
     """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
+    # Computes honestly and forges its figures: krung's own timing patched at import, every
+    # sample divided by 1000 on its way to the judge (issue 31).
+    "forges_timing_figures": ("""
+        import krung.worker.timing as timing
+        honest = timing.Samples.to_json
+        def to_json(self):
+            figures = honest(self)
+            figures["device_us"] = [t / 1000 for t in figures["device_us"]]
+            return figures
+        timing.Samples.to_json = to_json
+        def kernel(x):
+            return x * 2 + 1
+    """, "run", "Tampering", "krung.worker.timing.Samples.to_json"),
+    # Returns an empty tensor whose `clone` and `detach` (set on the instance) compute the
+    # result, so the work would run when krung copies the output: untimed, untraced.
+    "lazy_output": ("""
+        import torch
+        def kernel(x):
+            y = torch.empty_like(x)
+            y.clone = y.detach = lambda *args, **kwargs: x * 2 + 1
+            return y
+    """, "run", "OutputType", "attributes set on it (clone, detach)"),
     # Counts its calls: the first few dozen are the checks, later ones the timing.
     "garbage_after_many_calls": ("""
         import torch
@@ -300,6 +322,15 @@ HONEST = {
             if x.numel() % 64 == 0:
                 return (x.view(-1, 64) * 2 + 1).view(x.shape)
             return x * 2 + 1
+    """,
+    # Reads a constant of krung's own timing module, and fills an empty_like in place.
+    "reads_krungs_timing": """
+        import torch
+        from krung.worker.timing import CLOCK_SPIN_CYCLES
+        def kernel(x):
+            y = torch.empty_like(x)
+            torch.mul(x, 2 + 0 * CLOCK_SPIN_CYCLES, out=y)
+            return y.add_(1)
     """,
     # Computes in float32 and rounds to bf16 once: inside the bf16 tolerance.
     "rounds_bf16_once": """
@@ -579,6 +610,118 @@ def test_one_case_driven_towards_zero_is_caught_or_flagged(krung, tmp_path, vers
     bench = rungs_of(result)["benchmark"]["figures"]
     assert "speedup_outliers" not in bench and not any(r.get("outlier")
                                                        for r in bench["per_case"])
+
+
+# Forges its samples (by FACTOR) past the sentinels: krung's Samples replaced only while the
+# bench case's calls run (n=4096 is no test size), and put back by its first use, before the
+# sentinels look. The judge's clock bounds it: more time than the request took is impossible,
+# figures far below it are flagged. Each call sleeps 2 ms, so that the flag holds on a fast
+# machine and an idle one alike.
+CLOCK_FORGERY = """
+import time
+import krung.worker.timing as timing
+
+honest = timing.Samples
+
+def forged(**figures):
+    timing.Samples = honest  # undone before the sentinels look
+    figures["device_us"] = [t * FACTOR for t in figures["device_us"]]
+    return honest(**figures)
+
+def kernel(x):
+    if x.numel() == 4096 and FACTOR != 1:
+        timing.Samples = forged
+    time.sleep(0.002)
+    return x * 2 + 1
+"""
+
+
+@pytest.mark.parametrize("factor, error_type", [(1e6, "ImpossibleTime"), (1e-6, None),
+                                                (1, None)], ids=["slower", "faster", "honest"])
+def test_figures_that_slip_past_the_sentinels_are_bound_by_the_judges_clock(
+        krung, scale_problem, version, factor, error_type):
+    source = CLOCK_FORGERY.replace("FACTOR", repr(factor))
+    result = krung("run", scale_problem, version("clock", source), "--json", "--rungs",
+                   "static,compile,run,correctness,benchmark")
+    bench = rungs_of(result)["benchmark"]
+    if error_type:
+        assert (bench["status"], bench["error_type"]) == ("failed", error_type), bench
+        assert "in a request the judge saw take" in bench["error"]
+        return
+    assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+    row = bench["figures"]["per_case"][0]
+    assert row["judge_us_per_call"] >= 2000  # each call sleeps 2 ms
+    assert row.get("clock_gap", False) == (factor < 1), row
+    assert ("clock_gaps" in bench["figures"]) == (factor < 1)
+
+
+RMSNORM_KERNELBENCH = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+def get_inputs():
+    return [torch.randn(6, 40)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+# Issue 31's RMSNorm: an empty output whose `clone` and `detach` compute the result.
+RMSNORM_LAZY = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+
+        def work(*args, **kwargs):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+
+        out.clone = out.detach = work
+        return out
+"""
+
+# The honest variant: the same empty_like output, written in place before it is returned.
+RMSNORM_IN_PLACE = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        torch.mul(x, torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5), out=out)
+        return out
+"""
+
+
+@pytest.mark.parametrize("source, passes", [(RMSNORM_LAZY, False), (RMSNORM_IN_PLACE, True)],
+                         ids=["lazy", "in_place"])
+def test_a_kernelbench_output_is_taken_as_it_is(krung, tmp_path, version, source, passes):
+    problem = tmp_path / "rmsnorm_kb.py"
+    problem.write_text(RMSNORM_KERNELBENCH)
+    result = krung("run", problem, version("rmsnorm_new", source), "--json", "--rungs",
+                   "static,compile,run,correctness")
+    if passes:
+        assert result.code == 0, json.dumps(result.json()["rungs"], indent=1)
+        return
+    failed = first_failure(result)
+    assert (failed["name"], failed["error_type"]) == ("run", "OutputType"), failed
+    assert "attributes set on it (clone, detach)" in failed["error"]
+    assert "no lazy or deferred result" in failed["hint"]
 
 
 TRIANGULAR = """

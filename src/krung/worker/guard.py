@@ -4,8 +4,10 @@ All of it runs in the candidate's own process, so a determined version could und
 what it buys is that the easy tricks fail loudly, and the judge (which never runs the
 version) still compares every output itself.
 
-- `Sentinels`: the timer, clock and synchronisation functions as they were before the version
-  was imported; a version that replaces one is caught.
+- `Sentinels`: what the worker's measurement runs through (krung's own timing, guard, channel
+  and message code; the timer, clock, synchronisation and copy functions; the channel's
+  encoder), as it was before the version was imported; a version that replaces any of it is
+  caught.
 - `poison`: before a call, memory the version's next allocations will reuse is filled with a
   byte pattern (0xFF makes NaN in every float type), so an output that is not fully written
   shows garbage instead of stale or zeroed values; on a CPU, `perturbed` has glibc fill every
@@ -39,7 +41,6 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,40 +49,182 @@ OTHER_BYTE = 0x7F  # a second pattern, for the determinism rung's second call
 M_PERTURB = -6  # glibc's mallopt parameter: fill each allocation with the byte ^ 0xFF
 
 
+# The stdlib modules the worker's own code runs through once the version is imported: the
+# builtins, clocks and statistics of the timing, and the channel's encoder and socket.
+WATCHED_STDLIB = ("builtins", "time", "math", "statistics", "itertools", "functools",
+                  "contextlib", "dataclasses", "json", "json.encoder",
+                  "multiprocessing.connection")
+# torch's functions timing, poisoning and the copy and encoding of outputs call (what the
+# worker looks up in torch after the import: torch's own namespace is too large to watch).
+WATCHED_TORCH = (
+    "cuda.synchronize", "cuda.Event", "cuda.Event.record", "cuda.Event.elapsed_time",
+    "cuda.Event.synchronize", "cuda._sleep", "cuda.current_stream", "equal", "allclose",
+    "empty", "Tensor", "Tensor.__torch_function__", "Tensor.__torch_dispatch__",
+    "Tensor.clone", "Tensor.detach", "Tensor.reshape", "Tensor.contiguous", "Tensor.cpu",
+    "Tensor.view", "Tensor.numpy", "Tensor.copy_", "Tensor.zero_", "Tensor.fill_",
+    "Tensor.index_put_", "Tensor.stride", "Tensor.numel", "Tensor.element_size",
+    "Tensor.__getattribute__", "Tensor.__setattr__", "profiler.profile")
+
+
 class Sentinels:
-    """Identities of the functions timing relies on, taken before any version is imported."""
+    """What the worker's own measurement runs through, as it was when it was bound (before
+    the version was imported), so that a version that patches any of it is caught after the
+    request it did so in (`tampered`, checked by the judge after every request):
 
-    def __init__(self) -> None:
-        self.bound = dict(self._current())
+    - the functions, classes and public constants of krung's modules loaded then (the
+      timing, this guard, the channel, the messages), and the module objects in sys.modules;
+      every function's code object and defaults; every method and descriptor in the
+      dictionaries of their classes (`Samples.to_json`, `Channel.send`), none added;
+    - the functions and classes of the stdlib modules `WATCHED_STDLIB`, and the methods
+      of their classes (the JSON encoder, the socket's connection);
+    - torch's functions `WATCHED_TORCH`;
+    - `objects`, the worker's own (its channel and its connection, the version's thread):
+      no attribute set on one shadows a method of its class, and those that hold another
+      of them still do.
 
-    @staticmethod
-    def _current() -> list[tuple[str, Any]]:
+    Python-level only: native code, ctypes writes, or a patch that undoes itself before the
+    check are not seen (docs/trust.md says what bounds them)."""
+
+    def __init__(self, objects: dict[str, Any] | None = None) -> None:
+        import torch.profiler  # noqa: F401  (watched: loaded now, not by the version)
+
+        self.objects = dict(objects or {})
+        self.modules = [n for n in sorted(sys.modules) if n == "krung" or n.startswith("krung.")]
+        self.modules += [n for n in WATCHED_STDLIB if n in sys.modules]
+        self.bound = self._current()
+
+    def _current(self) -> dict[str, Any]:
         import torch
 
-        found: list[tuple[str, Any]] = [
-            ("time.perf_counter", time.perf_counter),
-            ("time.perf_counter_ns", time.perf_counter_ns),
-            ("time.time", time.time),
-            ("torch.cuda.synchronize", torch.cuda.synchronize),
-            ("torch.cuda.Event", torch.cuda.Event),
-            ("torch.cuda.Event.record", torch.cuda.Event.record),
-            ("torch.cuda.Event.elapsed_time", torch.cuda.Event.elapsed_time),
-            ("torch.cuda.Event.synchronize", torch.cuda.Event.synchronize),
-            ("torch.cuda._sleep", torch.cuda._sleep),
-            ("torch.Tensor.clone", torch.Tensor.clone),
-            ("torch.equal", torch.equal),
-            ("torch.allclose", torch.allclose),
-        ]
-        try:
-            import torch.profiler
-
-            found.append(("torch.profiler.profile", torch.profiler.profile))
-        except ImportError:  # a torch without the profiler: nothing to guard
-            pass
+        found: dict[str, Any] = {}
+        for path in WATCHED_TORCH:
+            value: Any = torch
+            for part in path.split("."):
+                value = _static(value, part)
+            found[f"torch.{path}"] = value
+        for name in self.modules:
+            module = sys.modules.get(name)
+            found[f"sys.modules[{name!r}]"] = module
+            if module is not None:
+                _module_entries(name, module, found)
+        kept = list(self.objects.values())
+        for label, obj in self.objects.items():
+            for key, value in list(vars(obj).items()):
+                if callable(_static(type(obj), key)):  # shadows a method of its class
+                    found[f"{label}.{key} (set on the instance)"] = value
+                elif callable(value) or any(value is k for k in kept):
+                    found[f"{label}.{key}"] = value
         return found
 
     def tampered(self) -> list[str]:
-        return [name for name, fn in self._current() if self.bound.get(name) is not fn]
+        """The names of what changed since the sentinels were bound, sorted; [] if nothing.
+        Added: a name in a watched module or class, a method shadowed on an object (an
+        object's own new attributes, such as the worker's entry point, are its state)."""
+        now = self._current()
+        changed = {label for label, value in self.bound.items()
+                   if label not in now or now[label] is not value}
+        for label in now.keys() - self.bound.keys():
+            if label.endswith("(set on the instance)"):
+                changed.add(label)
+            elif label.split(".")[0] not in self.objects:
+                changed.add(f"{label} (added)")
+        # A replaced function: its name says it, not its code and defaults as well.
+        return sorted(c for c in changed if c.rsplit(".", 1)[0] not in changed
+                      and f"{c.rsplit('.', 1)[0]} (added)" not in changed)
+
+
+class PlainOutputs:
+    """How the worker takes a version's outputs, with builtins and torch functions bound
+    before the version is imported: it could replace torch's, or return a tensor with a
+    method set on it (`clone`, `detach`) that computes the result when krung copies it,
+    outside the calls' trace and time. An output is a plain torch.Tensor (that exact type)
+    with nothing set on it, in a tuple or list if several (read from its storage), copied with
+    `torch.Tensor.clone` as bound here (`copy`), never through the tensor's attributes."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.tensor, self.strided = torch.Tensor, torch.strided
+        self.clone = torch.Tensor.clone
+        self.layout = _static(torch.Tensor, "layout").__get__
+        self.type, self.vars, self.list, self.subclass = type, vars, list, issubclass
+        # A tuple's items read from its storage: a subclass's own __iter__ never runs (torch's
+        # named tuples, such as torch.return_types.max, are tuples).
+        self.tuple_items, self.list_items = tuple.__iter__, list.__iter__
+
+    def is_sequence(self, value: Any) -> bool:
+        return self.subclass(self.type(value), (tuple, list))
+
+    def items(self, value: Any) -> list[Any]:
+        tuple_like = self.subclass(self.type(value), tuple)
+        return self.list((self.tuple_items if tuple_like else self.list_items)(value))
+
+    def problem(self, i: int, output: Any) -> str | None:
+        """Why output `i` cannot be taken as it is; None if it can."""
+        kind = self.type(output)
+        if kind is not self.tensor:
+            if isinstance(output, self.tensor):
+                return (f"output {i} is a {kind.__qualname__} (a subclass of torch.Tensor), "
+                        "not a plain torch.Tensor")
+            return f"output {i} is a {kind.__name__}, not a torch.Tensor"
+        attributes = sorted(self.vars(output))
+        if attributes:
+            return (f"output {i} has attributes set on it ({', '.join(attributes[:5])}): "
+                    "an output is taken as it is, and a method set on it would run when "
+                    "krung copies it, outside the call")
+        layout = self.layout(output)
+        if layout is not self.strided:
+            return f"output {i} has layout {layout}, not torch.strided"
+        return None
+
+    def copy(self, output: Any) -> Any:
+        return self.clone(output)
+
+
+def _static(owner: Any, name: str) -> Any:
+    """`owner.name` as stored (no descriptor called: a classmethod stays one object), through
+    a class's MRO; None where missing."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if name in vars(klass):
+                return vars(klass)[name]
+        return None
+    try:
+        return vars(owner).get(name)
+    except TypeError:  # no __dict__
+        return getattr(owner, name, None)
+
+
+def _module_entries(name: str, module: Any, found: dict[str, Any]) -> None:
+    """Into `found`, label -> object for what `Sentinels` watches in one module: its
+    functions, classes and modules (krung's: its public constants too), each function's
+    code and defaults, each class's methods and descriptors (of its own classes)."""
+    import types
+
+    own = name == "krung" or name.startswith("krung.")
+    for key, value in list(vars(module).items()):
+        if isinstance(value, types.ModuleType):
+            if value.__name__ == f"{name}.{key}" or key.startswith("__"):
+                continue  # a submodule, bound when it is imported: not the version's doing
+            found[f"{name}.{key}"] = value
+        elif callable(value) or (own and not key.startswith("_")):
+            found[f"{name}.{key}"] = value
+            _code_of(f"{name}.{key}", value, found)
+        if isinstance(value, type) and value.__module__ == name and name != "builtins":
+            for attr, member in list(vars(value).items()):
+                if callable(member) or hasattr(member, "__get__"):
+                    found[f"{name}.{key}.{attr}"] = member
+                    _code_of(f"{name}.{key}.{attr}", member, found)
+
+
+def _code_of(label: str, value: Any, found: dict[str, Any]) -> None:
+    """A function's code object and defaults (through staticmethod, classmethod, property)."""
+    for fn in (getattr(value, "__func__", None), getattr(value, "fget", None), value):
+        if hasattr(fn, "__code__"):
+            found[f"{label}.__code__"] = fn.__code__
+            found[f"{label}.__defaults__"] = fn.__defaults__
+            found[f"{label}.__kwdefaults__"] = fn.__kwdefaults__
+            return
 
 
 def python_threads() -> set[int]:

@@ -39,20 +39,34 @@ from krung.protocol.tree import leaves, map_tensors
 class Worker:
     def __init__(self, channel: Channel, device: str, preloaded: tuple[str, ...] = (),
                  private: str | None = "not asked for"):
-        from krung.worker.guard import Sentinels, VersionThread, python_threads
+        # What the worker runs after the version's import, loaded before it: the sentinels
+        # watch what is loaded when they are bound.
+        from krung.worker import launches, timing  # noqa: F401
+        from krung.worker.guard import PlainOutputs, Sentinels, VersionThread, python_threads
 
+        if device != "cpu":
+            from krung.protocol import cuda_driver, cuda_ipc  # noqa: F401
         self.channel = channel
         self.device = device
         self.preloaded = preloaded  # DSL packages imported before the version (warm start)
         self.private = private  # None once in a mount namespace of its own, else why not
         self.sandbox: dict[str, Any] = {}  # what applied at load (the walls, what is hidden)
-        self.sentinels = Sentinels()  # before any version code runs
         self.site = VersionThread()  # where the version's code runs, import and calls alike
+        self.plain = PlainOutputs()  # how outputs are checked and copied, bound now
+        # The timing and its figures, bound now: a patch the version undoes before the
+        # sentinels look does not reach them.
+        self.measure, self.to_json = timing.measure, timing.Samples.to_json
+        self.sentinels = Sentinels(self._watched())  # before any version code runs
         self.own_kernels: dict[int, str] = {}  # the version's own Triton kernels
         self.threads_before = python_threads()
         self.kernel: Any = None
         self.solution: Path | None = None
         self.time_sets: list[list[Any]] = []  # input sets on the device, kept between `time`s
+
+    def _watched(self) -> dict[str, Any]:
+        """The worker's own objects a version must not change (krung.worker.guard.Sentinels)."""
+        return {"Worker": self, "Channel": self.channel, "Connection": self.channel._conn,
+                "VersionThread": self.site, "PlainOutputs": self.plain}
 
     def serve(self) -> None:
         while True:
@@ -114,6 +128,10 @@ class Worker:
         raise_walls(request.sandbox)
         self.sandbox = sandbox
         before = set(sys.modules)
+        if "krung_version" not in sys.modules:  # no version ran here: bind all that is loaded
+            from krung.worker.guard import Sentinels
+
+            self.sentinels = Sentinels(self._watched())
         try:
             module = self.site.run(import_version, (Path(request.path), self.solution,
                                                     request.sha256))
@@ -169,7 +187,7 @@ class Worker:
                 result = self.site.run(self.kernel, inputs, trace and trace.__enter__,
                                        trace and functools.partial(trace.__exit__, None, None,
                                                                    None))
-            outputs = _outputs(result, self.device)
+            outputs = _outputs(result, self.device, self.plain)
             self.synchronize()
         call_s = time.perf_counter() - start
         if isinstance(outputs, messages.Failed):
@@ -187,7 +205,7 @@ class Worker:
 
         `inputs` gives new sets (new storage); `refill` gives new values for the sets held
         from the previous request, copied into the same storage; neither: the same sets."""
-        from krung.worker.timing import TimingPlan, measure
+        from krung.worker.timing import TimingPlan
 
         if request.inputs is not None:
             self.time_sets = [self.to_device(s) for s in request.inputs]
@@ -205,15 +223,15 @@ class Worker:
             from krung.worker.guard import InputChanges
 
             changes = InputChanges(sets, **request.changes)
-        samples = measure(call, len(sets), self.device, TimingPlan(**request.plan),
+        samples = self.measure(call, len(sets), self.device, TimingPlan(**request.plan),
                           changes.before if changes else None)
-        each = [_outputs(result, self.device) for result in outputs]
+        each = [_outputs(result, self.device, self.plain) for result in outputs]
         self.synchronize()
         failed = next((o for o in each if isinstance(o, messages.Failed)), None)
         if failed:
             return failed
         return messages.Timed(
-            samples=samples.to_json(), outputs=[o["outputs"] for o in each],  # type: ignore[index]
+            samples=self.to_json(samples), outputs=[o["outputs"] for o in each],  # type: ignore[index]
             specs=[o["specs"] for o in each], tuple=each[0]["tuple"],  # type: ignore[index]
             autotune=tuned or None, changed=changes.report() if changes else None,
             **self.conduct())
@@ -326,31 +344,30 @@ class _TimedCall:
         self.outputs[i] = self.site.run(self.kernel, self.sets[i], start, end)
 
 
-def _outputs(result: Any, device: str) -> dict[str, Any] | messages.Failed:
+def _outputs(result: Any, device: str, plain: Any) -> dict[str, Any] | messages.Failed:
     """A version's return value as a reply's `outputs`, `specs` and `tuple`, or what is wrong.
 
-    On a GPU the outputs are copied on the current stream before anyone synchronises the
-    device, so work the version left running on another stream, unjoined, is not waited for:
-    its unfinished output shows as wrong, as it would to a caller of the kernel."""
+    Each output is taken as it is: a plain torch.Tensor with nothing set on it, copied with
+    functions bound before the version was imported (krung.worker.guard.PlainOutputs), so
+    no code of the version's runs in the copy, outside the calls' trace and time. On a GPU
+    the outputs are copied on the current stream before anyone synchronises the device, so
+    work the version left running on another stream, unjoined, is not waited for: its
+    unfinished output shows as wrong, as it would to a caller of the kernel."""
     import torch
 
-    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-    for i, output in enumerate(outputs):
-        problem = None
-        if not isinstance(output, torch.Tensor):
-            problem = f"output {i} is a {type(output).__name__}, not a torch.Tensor"
-        elif output.layout != torch.strided:
-            problem = f"output {i} has layout {output.layout}, not torch.strided"
-        if problem:
-            return messages.Failed({
-                "type": "OutputType", "kind": "runtime", "message": problem,
-                "hint": "return dense torch.Tensor outputs (or a tuple of them), as the "
-                        "reference does"})
+    outputs = plain.items(result) if plain.is_sequence(result) else [result]
+    problems = [p for p in (plain.problem(i, o) for i, o in enumerate(outputs)) if p]
+    if problems:
+        return messages.Failed({
+            "type": "OutputType", "kind": "runtime", "message": problems[0],
+            "hint": "return dense torch.Tensor outputs (or a tuple of them) that hold their "
+                    "values when returned, as the reference does: no tensor subclass, no "
+                    "attributes or methods set on the tensor, no lazy or deferred result"})
     specs = [tensor_spec(o) for o in outputs]
+    outputs = [plain.copy(o) for o in outputs]
     if device != "cpu":
-        outputs = [o.clone() for o in outputs]
         torch.cuda.current_stream().synchronize()
-    return {"outputs": outputs, "specs": specs, "tuple": isinstance(result, (tuple, list))}
+    return {"outputs": outputs, "specs": specs, "tuple": plain.is_sequence(result)}
 
 
 def _builds() -> list[dict[str, Any]] | None:

@@ -31,6 +31,7 @@ from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
+from krung.judge import clock
 from krung.judge.contract import check_conduct
 from krung.judge.device import clock_state, clock_warning, floor_us
 from krung.judge.ladder import Context, nbytes, poison_leaves
@@ -75,6 +76,8 @@ SPEC = RungSpec(
                "geomean", "text", when="GPU MODE problems"),
         Figure("score_us", "us", "the ranking score: the rule over the per-case medians",
                when="GPU MODE problems"),
+        Figure("clock_gaps", "", "the cases whose reported median is far below the judge's "
+               "own wall time per call (`clock_gap`)", "text", when="when a case has one"),
         Figure("speedup_outliers", "", "the cases whose speedup is more than "
                f"{OUTLIER_RATIO:g} times the median of the other cases' (they carry the "
                "geometric mean: look at what the version does there)", "text",
@@ -140,6 +143,14 @@ SPEC = RungSpec(
         Figure("floor_ratio", "x", "the version's median over floor_us (1 is the datasheet's "
                "limit; below it fails)", per_case=True, shown=TABLES,
                when="on a GPU krung has a datasheet for"),
+        Figure("judge_us_per_call", "us", "the judge's own wall time of the version's timing "
+               "requests (after the first round) per call the worker made (warm-up and "
+               "timed): the reported times must fit in it (krung.judge.clock)", per_case=True),
+        Figure("clock_gap", "", f"the judge's wall time per call is more than "
+               f"{clock.GAP_RATIO:g} times the median plus {clock.GAP_US['cpu']:g} us "
+               f"({clock.GAP_US['cuda']:g} us on a GPU): "
+               "the reported times may not be the calls' (docs/trust.md)", "flag",
+               per_case=True, shown=TABLES, when="when it is"),
         Figure("outlier", "", f"the case's speedup is more than {OUTLIER_RATIO:g} times the "
                "median of the other cases'", "flag", per_case=True, shown=TABLES,
                when="when it is"),
@@ -187,6 +198,10 @@ def run(ctx: Context) -> dict[str, Any]:
         figures["ranking_by"] = ctx.problem.ranking_by
         figures["score_us"] = ranking_score(ctx.problem.ranking_by,
                                             [r["median_us"] for r in rows])
+    gaps = [f"{r['case']}: {r['median_us']:.3g} us reported, {r['judge_us_per_call']:.3g} us "
+            "per call on the judge's clock" for r in rows if r.get("clock_gap")]
+    if gaps:
+        figures["clock_gaps"] = "; ".join(gaps)
     outliers = flag_outliers(rows)
     if outliers:
         figures["speedup_outliers"] = outliers
@@ -292,6 +307,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
     round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
                          min_samples=max(3, plan.min_samples // ROUNDS))
     tuned: list[dict[str, Any]] = []
+    judge_s = 0.0  # the version's requests as the judge's clock saw them (krung.judge.clock)
     for round_index in range(ROUNDS):
         # Each round's sets are made when it starts, the last round's data freed first: at
         # KernelBench's declared sizes a set reaches 8 GiB, and two rounds' sets and outputs
@@ -308,10 +324,14 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
                    messages.Time(plan=asdict(round_plan), refill=sent, changes=changes))
         expected = [ctx.expected(inputs) for inputs in sets]
         limit = 2 * sum(nbytes(e) for e in expected) + (1 << 20)
+        asked = time.perf_counter()
         reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)
+        wall_s = time.perf_counter() - asked
         check_conduct(reply, what, set())
         seen = _as_changed(ctx, sets, reply, changes, what) if changes else sets
-        mine.append(Samples(**reply["samples"]))
+        mine.append(clock.samples_of(reply["samples"], what))
+        clock.check_batch(mine[-1], wall_s, round_plan, what)
+        judge_s += wall_s if round_index else 0.0  # the first has transfers and autotuning
         if round_index == ROUNDS - 1 and ctx.device == "cuda":
             after = clock_state()  # right after the version's last round, not the reference's
         tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
@@ -343,6 +363,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         "timer": mine[0].mode, "ref_timer": ref[0].mode,
         "input_sets": count, "l2_flush_bytes": mine[0].l2_flush_bytes,
         "wall_s": round(sum(s.wall_s for s in mine), 3),
+        **clock.gap(mine[1:], judge_s, stats["median_us"], ctx.device),
     }
     persisting = max(s.persisting_l2_bytes for s in mine)
     if persisting:  # reset before every timed call (krung.worker.l2): said, not rejected

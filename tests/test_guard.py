@@ -89,7 +89,10 @@ def test_sentinels_catch_krungs_own_code_changed_in_any_way(monkeypatch):
             "Holder.send (set on the instance)"]
     for (owner, name, value), words in zip(forged, said, strict=True):
         monkeypatch.setattr(owner, name, value, raising=False)
-        assert sentinels.tampered() == [words]
+        # the one change, under every name it has in the modules loaded here (the test
+        # process may hold a judge module that imported the same function)
+        found = sentinels.tampered()
+        assert words in found and all(f.endswith(words.split(".")[-1]) for f in found), found
         monkeypatch.undo()
     assert sentinels.tampered() == []
 

@@ -347,3 +347,39 @@ def test_each_precision_keeps_its_own_history_parent_and_best(krung, tmp_path):
     assert by_path == by_name
     assert [e["run_id"] for e in krung("history", problem, "--json").json()] == \
         [fp32["run_id"]]
+
+
+NUMPY_INPUTS = '''
+import numpy
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+def get_inputs():
+    return [torch.from_numpy(numpy.random.default_rng(int(torch.randint(1 << 30, ()))).random(
+        (64, 32), dtype=numpy.float32))]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.gpu
+def test_inputs_drawn_on_the_gpu_are_seeded_and_a_cpu_only_get_inputs_still_works(tmp_path):
+    """KRUNG_INPUTS_ON_DEVICE: get_inputs() under torch's default device, on the GPU; the
+    same seed gives the same values; one that cannot run there (numpy inside) is drawn on
+    the CPU as before."""
+    from krung.judge.problem import load_problem
+
+    problem = load_problem(KERNELBENCH / "1_ReLU.py", inputs_on_device=True)
+    case = problem.test_cases[0]
+    first, again = (problem.make_inputs(case, 7, "cuda") for _ in range(2))
+    other = problem.make_inputs(case, 8, "cuda")
+    assert first[0].is_cuda and torch.equal(first[0], again[0])
+    assert not torch.equal(first[0], other[0])
+    numpy_problem = load_problem(write(tmp_path / "9_Numpy.py", NUMPY_INPUTS),
+                                 inputs_on_device=True)
+    drawn = numpy_problem.make_inputs(numpy_problem.test_cases[0], 7, "cuda")
+    assert drawn[0].is_cuda and drawn[0].shape == (64, 32)

@@ -140,7 +140,7 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
 
             start_profiler()
         problem = load_problem(Path(request.problem), request.precision, settings.scale,
-                               Policy.of(settings))
+                               Policy.of(settings), settings.inputs_on_device)
         settings = _capped(settings, problem)
         if problem.setup is not None:  # e.g. KernelBench: the reference model's weights
             problem.setup(derive_seed(request.seed, "setup"), device)

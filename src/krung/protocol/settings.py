@@ -197,6 +197,12 @@ class Settings:
         False, "KRUNG_REQUIRE_OWN_KERNEL",
         "1: a version that launches no kernel of its own in a checked call (only torch's "
         "operators: `delegated`) fails the correctness rung (Delegated)")
+    inputs_on_device: bool = setting(
+        False, "KRUNG_INPUTS_ON_DEVICE",
+        "1 to draw KernelBench's get_inputs() on the GPU (torch's default device for the "
+        "call; a get_inputs() that cannot is drawn on the CPU): milliseconds where a "
+        "declared-size input took seconds of CPU in every rung. Off until it passes the "
+        "GPU gate (scripts/gpu_check.sh gate)")
     kernel_census: bool = setting(
         True, "KRUNG_KERNEL_CENSUS",
         "1 to name every kernel a traced checked call and the reference ran on a GPU "

@@ -275,12 +275,13 @@ def precision_dtype(precision: str | None) -> str | None:
 
 
 def load_problem(path: Path, precision: str | None = None, scale: float = 1.0,
-                 policy: Any = None) -> Problem:
+                 policy: Any = None, inputs_on_device: bool = False) -> Problem:
     """Import and validate a problem in its format, at `scale` times its declared sizes
     (krung.judge.problem.scale), with the delegation policy of its sidecar and `policy` (a
     krung.judge.problem.policy.Policy: the run's options) added to its own; raises
     ProblemError listing every defect, UsageError when `precision` is given for a format
-    that does not take one."""
+    that does not take one. `inputs_on_device`: KernelBench's get_inputs() drawn on the GPU
+    (KRUNG_INPUTS_ON_DEVICE)."""
     from krung.judge.problem.policy import apply_policy, read_sidecar
 
     kind = detect_format(path)
@@ -292,7 +293,7 @@ def load_problem(path: Path, precision: str | None = None, scale: float = 1.0,
     if kind == KERNELBENCH:
         from krung.judge.problem.kernelbench import load_kernelbench
 
-        problem = load_kernelbench(path, precision or "fp32", scale)
+        problem = load_kernelbench(path, precision or "fp32", scale, inputs_on_device)
     elif kind == GPUMODE:
         from krung.judge.problem.gpumode import load_gpumode
 

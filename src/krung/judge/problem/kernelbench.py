@@ -43,7 +43,8 @@ ENTRY_DOC = ("a version is one .py file defining `class ModelNew(torch.nn.Module
              "import the problem")
 
 
-def load_kernelbench(path: Path, precision: str, scale: float = 1.0) -> Problem:
+def load_kernelbench(path: Path, precision: str, scale: float = 1.0,
+                     inputs_on_device: bool = False) -> Problem:
     module = import_problem_file(path, f"krung_problem_{path.stem}", path)
     defects = check_structure(module)
     if defects:
@@ -53,6 +54,7 @@ def load_kernelbench(path: Path, precision: str, scale: float = 1.0) -> Problem:
     if scale != 1:
         facts.update(scale_constants(constants, scale))
     source = KernelBenchSource(module, path, precision, constants)
+    source.on_device = inputs_on_device
     case = {**source.sizes, "dtype": source.dtype}
     problem = Problem(
         name=path.stem, path=path, reference=source.forward, make_inputs=source.make_inputs,
@@ -96,6 +98,7 @@ class KernelBenchSource:
         self.sizes = case_sizes(constants)
         self.model: Any = None
         self.input_bytes: dict[str, int] = {}
+        self.on_device = False  # get_inputs() drawn on the GPU (KRUNG_INPUTS_ON_DEVICE)
 
     def setup(self, problem: Problem, seed: int, device: str) -> None:
         """Build the reference model with fresh random weights; tell the worker to load them."""
@@ -125,18 +128,32 @@ class KernelBenchSource:
     def make_inputs(self, case: dict, seed: int, device: str) -> tuple:
         """get_inputs() with torch's global generator seeded, the case's sizes (and the
         constants derived from them) in place."""
-        import torch
-
         moved = {name: case[name] for name in self.sizes
                  if name in case and case[name] != self.constants.base.get(name)}
         with self.constants.applied(moved):
-            torch.manual_seed(seed)
-            values = self.module.get_inputs()
+            values = self._drawn(seed, device)
         if not isinstance(values, (list, tuple)):
             raise TypeError(f"get_inputs() returned a {type(values).__name__}, not a list")
         inputs = tuple(self.cast(v, device) for v in values)
         self.input_bytes[case_label(case)] = tree.nbytes(inputs)
         return inputs
+
+    def _drawn(self, seed: int, device: str) -> Any:
+        """get_inputs() seeded. With `on_device`, on the GPU (torch's default device for the
+        call): KernelBench's torch.rand draws a 6.4 GB input in seconds of CPU time, in
+        every rung, where the GPU takes milliseconds. A get_inputs() that cannot run that way
+        (a CPU-only call inside) is drawn on the CPU, as before."""
+        import torch
+
+        if self.on_device and device != "cpu":
+            try:
+                with torch.device(device):
+                    torch.manual_seed(seed)
+                    return self.module.get_inputs()
+            except (RuntimeError, TypeError, ValueError):
+                pass
+        torch.manual_seed(seed)
+        return self.module.get_inputs()
 
     def cast(self, value: Any, device: str) -> Any:
         """Floating-point tensors in the precision, every tensor on the device (integer

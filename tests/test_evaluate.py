@@ -56,3 +56,27 @@ def test_a_judge_killed_by_sigsegv_is_tried_again_then_reported_as_krungs(
         assert [r["name"] for r in run["rungs"]] == RUNGS.split(",")  # the second try's
         assert all(r["status"] == "ok" for r in run["rungs"])
         assert run["error"] is None and run["env"]["judge"] == "cold"
+
+
+def test_a_rung_whose_judge_code_raises_is_krungs_error_not_the_versions(krung, tmp_path,
+                                                                          version):
+    """An exception of the judge's own (krung's or the problem's code: here the reference
+    on one case, as one running out of GPU memory would) is InternalError in that rung: not
+    a verdict, so tried again, then `outcome: error`."""
+    source = SCALE_PROBLEM.replace('''
+    def reference(x):
+        return x * 2 + 1
+''', '''
+    def reference(x):
+        if x.numel() == 1000:
+            raise RuntimeError("out of memory (the problem's reference, on purpose)")
+        return x * 2 + 1
+''')
+    problem = write(tmp_path / "raising" / "problem.py", source).parent
+    result = krung("run", problem, version("good", GOOD), "--rungs", RUNGS, "--json",
+                   env={"KRUNG_SERVICE": "off"})
+    run = result.json()
+    assert result.code == 3 and run["outcome"] == "error", result.stderr
+    assert run["error"].startswith("krung failed in the correctness rung, not the version: "
+                                   "RuntimeError: out of memory")
+    assert run["env"]["first_try"]["error"] == run["error"].splitlines()[0]

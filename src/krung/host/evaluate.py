@@ -9,10 +9,11 @@ may take (a problem's reference that never returns) is killed too. If the judge 
 this is the main thread) stops the judge and its worker at once and records the run as
 interrupted, the rungs done by then included, before the KeyboardInterrupt goes on up.
 
-A judge that fails is krung's failure, not the version's (the version runs in the worker
-alone): the evaluation runs once more in fresh processes with the optional instrumentation
-off (`_second_try`), and only then is the run recorded with its error (`outcome: error`,
-exit 3).
+A judge that fails (or raises inside a rung: InternalError, an exception of krung's or the
+problem's code, such as the reference running out of GPU memory) is krung's failure, not the
+version's (the version runs in the worker alone): the evaluation runs once more in fresh
+processes with the optional instrumentation off (`_second_try`), and only then is the run
+recorded with its error (`outcome: error`, exit 3).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from krung.judge.solution import read_solution
 from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, spawn
 from krung.protocol.errors import KrungError, ProblemError, UsageError
-from krung.protocol.results import Run, RungResult
+from krung.protocol.results import INTERNAL_ERROR, Run, RungResult
 from krung.protocol.settings import Settings
 
 OnResult = Callable[[RungResult], None]
@@ -286,6 +287,10 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
                 db.add_rung(run.run_id, len(run.rungs) - 1, result)
                 if on_result:
                     on_result(result)
+                if result.error_type == INTERNAL_ERROR:  # the judge's code raised: krung's
+                    stop_within = 0
+                    raise _JudgeFailed(f"krung failed in the {result.name} rung, not the "
+                                       f"version: {result.error}", result.details)
             elif isinstance(message, messages.ProblemFailed):
                 db.discard(run.run_id)
                 raise ProblemError(request.problem, [(what, fix) for what, fix in message.defects])

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from krung.judge.device import SLOW_CLOCK
 from krung.judge.ladder import specs
 from krung.judge.rungs.spec import AGENT, TABLE
-from krung.protocol.results import Run, RungResult, Status, format_value
+from krung.protocol.results import INTERNAL_ERROR, Run, RungResult, Status, format_value
 
 if TYPE_CHECKING:  # rich is imported where a table is drawn: the API stays light to import
     from rich.table import Table
@@ -444,7 +444,7 @@ def _next_for_failure(failed: RungResult) -> str:
         return (f"the version's process {'hung' if kind == 'Timeout' else 'died'}{where}: "
                 "read worker.log in the run's folder (runs/<run id>/ beside the store) for "
                 "its stack, fix, and evaluate again")
-    if kind == "InternalError":
+    if kind == INTERNAL_ERROR:
         return "the problem's code or krung raised this, not the version: read the details"
     see = " (see the hint)" if failed.hint else ""
     return f"fix the {kind}{where}{see}, then evaluate again"

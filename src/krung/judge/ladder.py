@@ -31,7 +31,7 @@ from krung.judge.contract import (
 )
 from krung.protocol import messages, tree
 from krung.protocol.errors import RungFailed, UsageError
-from krung.protocol.results import RungResult, Status
+from krung.protocol.results import INTERNAL_ERROR, RungResult, Status
 from krung.worker.guard import NAN_BYTE
 
 if TYPE_CHECKING:
@@ -341,7 +341,7 @@ def run_rung(name: str, fn: Callable[[Context], dict[str, Any]], ctx: Context) -
                             location=failed.location, details=failed.details)
     except Exception as exc:  # krung's or the problem's own fault, not the version's
         result = RungResult(
-            name, Status.FAILED, error=f"{type(exc).__name__}: {exc}", error_type="InternalError",
+            name, Status.FAILED, error=f"{type(exc).__name__}: {exc}", error_type=INTERNAL_ERROR,
             hint="this error comes from krung or from the problem's code, not from the version",
             details=traceback.format_exc())
     result.duration_s = time.perf_counter() - start

@@ -13,6 +13,10 @@ from typing import Any
 
 from krung.protocol.tree import json_safe
 
+# A rung's error type when the judge's own code (krung's, or the problem's) raised: never a
+# verdict on the version (krung.host.evaluate tries the evaluation again, then reports it).
+INTERNAL_ERROR = "InternalError"
+
 
 class Status(str, enum.Enum):
     OK = "ok"

@@ -201,9 +201,9 @@ def environment(device: str) -> dict[str, Any]:
         "torch": torch.__version__, "numpy": numpy.__version__, "cuda": torch.version.cuda,
         "host": platform.node(), "platform": platform.platform(),
     }
-    # From the package's metadata, not the module: the profiler's start imports triton in
-    # another thread, and a module still being imported has no __version__ yet. (PyTorch's
-    # own builds of Triton come as pytorch-triton.)
+    # From the package's metadata, not the module: importing triton here only to read its
+    # version costs seconds, and a module still being imported has no __version__ yet.
+    # (PyTorch's own builds of Triton come as pytorch-triton.)
     for distribution in ("triton", "pytorch-triton", "pytorch-triton-rocm"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             env["triton"] = importlib.metadata.version(distribution)

@@ -83,6 +83,12 @@ def test_triton_skeleton_compiles_and_its_first_call_says_what_to_fill_in(krung,
     static, compile_, run = result.json()["rungs"]
     assert static["status"] == "ok" and static["figures"]["dsl"] == "triton"
     assert compile_["status"] == "ok"  # it imports; the first call's error is the run rung's
+    # ... and its line says the call raised, first (`[compile] ok` alone reads as "it runs")
+    assert next(iter(compile_["figures"].items())) == (
+        "first_call", "raised NotImplementedError: the run rung reports it")
+    shown = krung("show", result.json()["run_id"], "--format", "agent").stdout
+    assert "rungs: static ok, compile ok (but its first call raised NotImplementedError: the " \
+        "run rung reports it), run FAILED" in shown
     assert run["error_type"] == "NotImplementedError"
     assert "versions/v2.py" in run["error"]
     lines = (tmp_path / "ws" / "versions" / "v1.py").read_text().splitlines()

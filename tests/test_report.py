@@ -28,7 +28,7 @@ def summary_of(stdout: str) -> str:
 def run_next(line: str, tmp_path: Path, store: Path, cwd: Path | None = None) -> Result:
     """Run the command of a `next:` line as printed, in a shell where `krung` is this krung
     (a shim on PATH, as an installed krung puts one there)."""
-    assert line.startswith("next: krung ") or line.startswith("next: KRUNG_"), line
+    assert line.startswith(("next: krung ", "next: KRUNG_", "next: cd ")), line
     shim = tmp_path / "bin" / "krung"
     shim.parent.mkdir(exist_ok=True)
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m krung "$@"\n')

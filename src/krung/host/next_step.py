@@ -36,8 +36,9 @@ class Turn:
     def of_run(cls, run: Run, store: str | None = None) -> Turn:
         """A recorded run's turn (`krung show`, the MCP tools): its problem and version
         paths, and the rungs it climbed where they are not the default ladder."""
-        climbed = [r.name for r in run.rungs]
-        rungs = None if not climbed or climbed == select(None) else ",".join(climbed)
+        climbed = [r.name for r in run.rungs]  # all asked for, unless krung broke mid-way
+        rungs = None if run.error or not climbed or climbed == select(None) \
+            else ",".join(climbed)
         return cls(run.problem_path, run.solution, rungs, AGENT_FLAGS, store)
 
     def run_command(self, rungs: str | None = None, device: str | None = None,

@@ -69,8 +69,10 @@ def test_cuda_cpp_compiles_for_sm90_without_a_gpu_and_is_not_run(store):
     from krung.host import report
 
     assert report.verdict(run).endswith("(run, correctness skipped); correctness NOT checked")
-    assert report.agent_summary(run).splitlines()[-1].startswith(
-        "next: correctness is not checked yet: run was skipped (no GPU here")
+    next_line = report.agent_summary(run).splitlines()[-1]
+    command, why = next_line.split("  # ", 1)
+    assert command.startswith("next: krung run ") and command.endswith(" --device cuda")
+    assert why.startswith("correctness is not checked yet: run was skipped (no GPU here")
     folder = store.parent / "runs" / run.run_id / "artifacts" / "krung_vector_add"
     assert ".entry _Z10add_kernel" in (folder / "sm_90a.ptx").read_text()
     assert "Used" in (folder / "sm_90a.ptxas").read_text()

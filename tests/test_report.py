@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 from krung import Run, RungResult, Status
 from krung.host.report import AGENT_LINE_CHARS, AGENT_MAX_LINES, agent_summary
-from tests.conftest import GOOD, TAIL_BUG
+from tests.conftest import GOOD, TAIL_BUG, Result
 
+DECLARED = {"KRUNG_CPU_CHECK_BUDGET": "0"}
 RAISES = "def kernel(x):\n    return x.view(3, -1) * 2\n"
 
 
@@ -19,6 +25,21 @@ def summary_of(stdout: str) -> str:
     return summary
 
 
+def run_next(line: str, tmp_path: Path, store: Path, cwd: Path | None = None) -> Result:
+    """Run the command of a `next:` line as printed, in a shell where `krung` is this krung
+    (a shim on PATH, as an installed krung puts one there)."""
+    assert line.startswith(("next: krung ", "next: KRUNG_", "next: cd ")), line
+    shim = tmp_path / "bin" / "krung"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m krung "$@"\n')
+    shim.chmod(0o755)
+    env = dict(os.environ, PATH=f"{shim.parent}{os.pathsep}{os.environ['PATH']}",
+               KRUNG_STORE=str(store), KRUNG_DEVICE="cpu")
+    done = subprocess.run(["bash", "-c", line.removeprefix("next: ")], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=cwd or tmp_path)
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
 def check_shape(text: str) -> list[str]:
     lines = text.rstrip("\n").splitlines()
     assert 3 <= len(lines) <= AGENT_MAX_LINES
@@ -28,7 +49,7 @@ def check_shape(text: str) -> list[str]:
     return lines
 
 
-def test_passing_run(krung, scale_problem, version):
+def test_passing_run(krung, scale_problem, version, tmp_path, store):
     result = krung("run", scale_problem, version("good", GOOD), "--format", "agent")
     assert result.code == 0, result.stderr
     lines = check_shape(summary_of(result.stdout))
@@ -42,16 +63,26 @@ def test_passing_run(krung, scale_problem, version):
                         "roofline needs the GPU's measured ceilings, and CPU wall-clock times "
                         "under Triton's interpreter have none)")
     # 3 declared cases and 1 or 2 unseen ones
+    # and on a CPU the bench case's shape, once
     assert any(re.match(r"correctness: (\d)/\1 cases passed \(3 listed \+ [12] unseen, 3 seeds "
-                        r"each\); max_abs_err ", line) for line in lines)
+                        r"each; 1 bench shape\(s\), 1 seed\); max_abs_err ", line)
+               for line in lines), lines
     assert any(line.startswith("benchmark (cpu-wall: CPU wall-clock, not GPU time): geomean ")
                for line in lines)
     assert any(line.startswith("  n=4096,dtype=float32: ") and "speedup" in line
                for line in lines)
+    # correct, timed on a CPU: compare with the history (a command that runs as printed)
+    assert lines[-1].startswith(f"next: krung history {scale_problem}  # correct; its times "
+                                "are interpreter times on a CPU")
+    listed = run_next(lines[-1], tmp_path, store)
+    assert listed.code == 0 and lines[0].split("  run ", 1)[1].split()[0] in listed.stdout
 
 
-def test_failing_run_names_the_rung_the_cases_and_the_fix(krung, scale_problem, version):
-    result = krung("run", scale_problem, version("tail", TAIL_BUG), "--format", "agent")
+def test_failing_run_names_the_rung_the_cases_and_the_fix(krung, scale_problem, version,
+                                                         tmp_path, store):
+    # every case as declared, in order (no CPU budget: a budget runs the smallest first)
+    result = krung("run", scale_problem, version("tail", TAIL_BUG), "--format", "agent",
+                   env=DECLARED)
     assert result.code == 1
     lines = check_shape(summary_of(result.stdout))
     assert lines[0].startswith("FAILED at correctness  run ")
@@ -64,11 +95,16 @@ def test_failing_run_names_the_rung_the_cases_and_the_fix(krung, scale_problem, 
     assert any(re.match(r"failing cases \(\d of \d\): n=4099,dtype=bfloat16", line)
                for line in lines)
     assert "start with n=4099,dtype=bfloat16" in lines[-1]
+    tail = version("tail", TAIL_BUG)
+    assert lines[-1].startswith(f"next: krung run {scale_problem} {tail} --format agent  # ")
 
     run_id = lines[0].split("run ", 1)[1].split()[0]
     shown = krung("show", run_id, "--format", "agent")
     assert shown.code == 0
     assert shown.stdout == result.stdout  # the same verdict, from the store
+    again = run_next(lines[-1], tmp_path, store)  # the same version, the same format
+    assert again.code == 1
+    assert summary_of(again.stdout).startswith("FAILED at correctness  run ")
 
 
 def test_error_in_the_version_shows_the_line(krung, scale_problem, version):
@@ -79,8 +115,9 @@ def test_error_in_the_version_shows_the_line(krung, scale_problem, version):
     assert lines[2].startswith("error: RuntimeError: ")
     assert lines[3].startswith("where: ") and lines[3].endswith("raises.py:2")
     assert any("return x.view(3, -1) * 2" in line for line in lines[4:])
-    assert lines[-1].startswith("next: fix the RuntimeError at ")
-    assert lines[-1].endswith("raises.py:2, then evaluate again")  # no hint to point at
+    assert lines[-1].startswith(f"next: krung run {scale_problem} ")
+    assert re.search(r"raises\.py --format agent  # fix the RuntimeError at \S+raises\.py:2, "
+                     r"then run this again", lines[-1])  # no hint to point at
 
 
 def test_json_and_agent_formats_conflict(krung, scale_problem, version):
@@ -113,8 +150,10 @@ def test_summary_stays_short_whatever_the_run_holds():
     assert "where: /v/k.py:2" in lines
     assert "  2 | return x" in lines  # the source line, from the run
     assert "hint: use fewer registers" in lines
-    assert "next: fix the CompilationError at /v/k.py:2 (see the hint), then evaluate again" \
-        in lines
+    assert lines[-1] == ("next: krung run /p /v/k.py --rungs static,compile,correctness "
+                         "--format agent  # fix the CompilationError at /v/k.py:2 (see the "
+                         "hint), then run this again (on the new version's file, if the fix is "
+                         "a new file)")
 
 
 def test_broken_evaluation_is_not_a_verdict_on_the_version():
@@ -143,12 +182,16 @@ def test_a_gpu_run_says_how_far_it_is_from_the_roofline_and_whether_to_stop(tmp_
     assert "  M=8192,N=8192,K=8192,dtype=bfloat16: 44.9% of the bf16 peak (compute-bound, " \
         "354.7 TFLOP/s, 129.9 GB/s), below" in below
     # the next step comes from the measured limiter: the number to beat, the case, what to try
-    assert below[-1].startswith("next: beat 174 us (the roofline) on case "
+    problem = runs["v3"].problem_path
+    # the run's own rungs, as recorded
+    assert below[-1].startswith(f"next: krung run {problem} {runs['v3'].solution} --rungs "
+                                "static,correctness,benchmark,roofline --format agent  # beat 174 us (the roofline) on case "
                                 "M=4096,N=4096,K=4096,dtype=bfloat16, now 420 us (41% of the "
                                 "bf16 peak); first try: ")
     at = check_shape(agent_summary(runs["v5"]))
-    assert at[-1] == ("next: every bench case is at the roofline: stop optimising this kernel, "
-                      "or cut the work itself (fewer bytes or flops)")
+    assert at[-1] == (f"next: krung best {problem}  # every bench case is at the roofline: "
+                      "stop optimising this kernel, or cut the work itself (fewer bytes or "
+                      "flops)")
     suspect = check_shape(agent_summary(runs["v6_suspect"]))
     assert suspect[0].startswith("FAILED at roofline  run ")
     assert "error: SuspectTime: faster than the roofline allows" in suspect
@@ -177,16 +220,22 @@ def test_a_case_timed_well_under_the_top_clock_says_so():
 
 
 def test_a_run_short_of_correctness_does_not_call_the_version_correct(krung, scale_problem,
-                                                                     version):
-    result = krung("run", scale_problem, version("good", GOOD), "--rungs", "static,compile",
-                   "--format", "agent")
+                                                                     version, tmp_path, store):
+    good = version("good", GOOD)
+    # the turn's own options come back in the command: the rungs, the device, the format
+    result = krung("run", "scale", "versions/good.py", "--rungs", "static,compile", "--device",
+                   "cpu", "--format", "agent", "--store", store)
     assert result.code == 0, result.stdout + result.stderr
     next_line = summary_of(result.stdout).rstrip("\n").splitlines()[-1]
-    assert next_line == ("next: nothing failed, but correctness was not asked for (rungs "
-                         "static,compile): climb it, e.g. --rungs static,compile,correctness")
-    climbed = krung("run", scale_problem, version("good", GOOD), "--rungs",
-                    "static,compile,correctness", "--json")
-    assert climbed.code == 0 and "correctness" in [r["name"] for r in climbed.json()["rungs"]]
+    assert next_line == (f"next: krung run scale versions/good.py --rungs "
+                         f"static,compile,correctness --device cpu --format agent --store "
+                         f"{store}  # nothing failed, but correctness was not asked for (rungs "
+                         "static,compile): climb it")
+    climbed = run_next(next_line, tmp_path, tmp_path / "elsewhere.db")  # --store given: kept
+    assert climbed.code == 0, climbed.stdout + climbed.stderr
+    assert summary_of(climbed.stdout).splitlines()[1] == (
+        "rungs: static ok, compile ok, correctness ok")
+    assert good.read_text() == GOOD.lstrip()
 
 
 def test_a_case_whose_time_is_noisy_says_so_in_the_agent_summary():

@@ -46,3 +46,12 @@ def test_the_roofline_threshold_is_a_percentage():
         Settings.from_env({"KRUNG_ROOFLINE_THRESHOLD": "150"})
     assert info.value.hint == ("set KRUNG_ROOFLINE_THRESHOLD to a percentage in (0, 100], "
                                "e.g. 90")
+
+
+def test_the_cpu_check_budget_may_be_zero_as_documented():
+    """0 turns the budget off (every case as declared); below 0 means nothing."""
+    assert Settings.from_env({"KRUNG_CPU_CHECK_BUDGET": "0"}).cpu_check_budget_s == 0
+    with pytest.raises(UsageError, match="KRUNG_CPU_CHECK_BUDGET='-1' is not a valid float"):
+        Settings.from_env({"KRUNG_CPU_CHECK_BUDGET": "-1"})
+    with pytest.raises(UsageError, match="KRUNG_SEEDS='0' is not a valid int"):
+        Settings.from_env({"KRUNG_SEEDS": "0"})

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import json
+import random
 import sys
 
 import pytest
 
 from krung.host.workspace import reference_signature
-from tests.conftest import PROBLEMS
+from tests.conftest import PROBLEMS, SCALE_PROBLEM, write
+from tests.test_report import run_next, summary_of
 
 
 def test_default_workspace_holds_the_template_and_its_first_version_passes(krung, tmp_path):
@@ -45,7 +47,11 @@ def test_agents_md_gives_the_loop_the_commands_and_the_rules(krung, tmp_path):
                     "krung context search", "krung watch softmax versions/v2.py",
                     "krung context add --package triton"):
         assert command in text, command
-    for words in ("static -> compile -> run -> correctness -> determinism -> benchmark", "hint:",
+    for words in ("static -> compile -> run -> correctness -> determinism -> benchmark -> "
+                  "artifacts -> roofline; on request: profile, trace", "hint:",
+                  "`passed`, `failed` or `error`", "ERROR\n  (krung failed, not your version)",
+                  "OK with unchecked paths", "`next: COMMAND  # why`",
+                  "compile ok (but its first call raised", "KRUNG_CPU_CHECK_BUDGET",
                   "median_us", "ref_median_us / median_us", "interpreter", "cpu-wall",
                   "Roofline", "verdict=at-roofline", "SuspectTime", "Nsight Compute", "Never edit anything under `softmax/`",
                   "torch.matmul", "Write each version as a new file",
@@ -83,6 +89,12 @@ def test_triton_skeleton_compiles_and_its_first_call_says_what_to_fill_in(krung,
     static, compile_, run = result.json()["rungs"]
     assert static["status"] == "ok" and static["figures"]["dsl"] == "triton"
     assert compile_["status"] == "ok"  # it imports; the first call's error is the run rung's
+    # ... and its line says the call raised, first (`[compile] ok` alone reads as "it runs")
+    assert next(iter(compile_["figures"].items())) == (
+        "first_call", "raised NotImplementedError: the run rung reports it")
+    shown = krung("show", result.json()["run_id"], "--format", "agent").stdout
+    assert "rungs: static ok, compile ok (but its first call raised NotImplementedError: the " \
+        "run rung reports it), run FAILED" in shown
     assert run["error_type"] == "NotImplementedError"
     assert "versions/v2.py" in run["error"]
     lines = (tmp_path / "ws" / "versions" / "v1.py").read_text().splitlines()
@@ -138,8 +150,8 @@ def test_init_refuses_a_non_empty_directory_and_bad_arguments(krung, tmp_path, s
     (tmp_path / "empty").mkdir()
     assert krung("init", "empty").code == 0  # an empty directory is fine
 
-    both = krung("init", "a", "--problem", "softmax", "--from", scale_problem)
-    assert both.code == 2 and "--problem and --from both given" in both.stderr
+    twice = krung("init", "a", "--problem", "softmax", "--problem", "softmax")
+    assert twice.code == 2 and "two problems would share the folder softmax" in twice.stderr
     dsl = krung("init", "b", "--dsl", "cobol")
     assert dsl.code == 2 and "hint: choose one of: triton, cuda, cutedsl, tilelang" in dsl.stderr
     missing = krung("init", "c", "--problem", "softmaxx")
@@ -183,3 +195,47 @@ def test_workspaces_name_their_problem_and_keep_their_runs_apart(krung, tmp_path
     assert error["error_type"] == "UsageError"
     assert "2 problems named vector_add have runs" in error["error"]
     assert str(tmp_path / "one" / "vector_add") in error["error"]
+
+
+def test_a_workspace_of_several_problems_runs_each_as_printed(krung, tmp_path, store):
+    made = krung("init", "ws", "--problem", "softmax", "--problem", "rmsnorm")
+    assert made.code == 0, made.stderr
+    ws = tmp_path / "ws"
+    for name in ("softmax/problem.py", "rmsnorm/problem.py", "versions/softmax/v1.py",
+                 "versions/rmsnorm/v1.py", "AGENTS.md"):
+        assert (ws / name).is_file(), name
+    assert "def kernel(x, w):" in (ws / "versions/rmsnorm/v1.py").read_text()
+    skeleton = (ws / "versions/softmax/v1.py").read_text()
+    assert "versions/softmax/v1.py is a skeleton" in skeleton and "versions/softmax/v2.py" in skeleton
+    text = (ws / "AGENTS.md").read_text()
+    assert text.startswith("# AGENTS.md: softmax, rmsnorm in Triton")
+    for words in ("for 2 problems", "The task of softmax: ", "The task of rmsnorm: ",
+                  "`kernel(x, w)`", "krung run softmax versions/softmax/v1.py --format agent",
+                  "krung run rmsnorm versions/rmsnorm/v1.py --format agent",
+                  "Never edit anything under `softmax/`, `rmsnorm/`"):
+        assert words in text, words
+    # a `next:` line per problem; the second problem's runs as printed, from where init ran
+    lines = [line for line in made.stdout.splitlines() if line.startswith("next: ")]
+    assert lines == ["next: cd ws && krung run softmax versions/softmax/v1.py --format agent",
+                     "next: cd ws && krung run rmsnorm versions/rmsnorm/v1.py --format agent"]
+    result = run_next(lines[1], tmp_path, store)
+    assert result.code == 1, result.stdout + result.stderr  # a skeleton: raises
+    summary = summary_of(result.stdout).splitlines()
+    assert summary[0].startswith("FAILED at run ") and "problem rmsnorm " in summary[0]
+    assert summary[-1].startswith("next: krung run rmsnorm versions/rmsnorm/v1.py --format "
+                                  "agent  # fix the NotImplementedError")
+
+
+def test_from_a_folder_of_problems_copies_each(krung, tmp_path):
+    names = random.sample(["alpha", "beta", "gamma", "delta"], 2)
+    for name in names:
+        write(tmp_path / "many" / name / "problem.py", SCALE_PROBLEM)
+    (tmp_path / "many" / "notes").mkdir()  # no problem.py: not a problem
+    made = krung("init", "ws", "--from", tmp_path / "many")
+    assert made.code == 0, made.stderr
+    for name in names:
+        assert (tmp_path / "ws" / name / "problem.py").read_text() == \
+            (tmp_path / "many" / name / "problem.py").read_text()
+        assert (tmp_path / "ws" / "versions" / name / "v1.py").is_file()
+        assert f"krung run {name} versions/{name}/v1.py --format agent" in made.stdout
+    assert not (tmp_path / "ws" / "notes").exists()

@@ -29,6 +29,7 @@ from krung.host import (
     options,
     report,
 )
+from krung.host.next_step import Turn
 from krung.host.options import FormatOption, JsonOption, OutputFormat, StoreOption
 from krung.host.scaffold import scaffold
 
@@ -127,8 +128,10 @@ def run(
                                 parent=given["parent"])
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
-    elif chosen is OutputFormat.AGENT:
-        sys.stdout.write("\n" + report.agent_summary(result) + "\n")
+    elif chosen is OutputFormat.AGENT:  # its `next:` command repeats this one's options
+        turn = Turn(problem, str(solution), rungs, tuple(options.as_flags(given, options.REPEATED)),
+                    str(given["store"]) if given["store"] else None)
+        sys.stdout.write("\n" + report.agent_summary(result, turn=turn) + "\n")
     else:
         _print_tables_and_verdict(result)
     if result.error:
@@ -200,7 +203,8 @@ def show(
         _print_json(found.to_json(with_source=source))
         return
     if chosen is OutputFormat.AGENT:
-        sys.stdout.write(report.agent_report(found) + "\n")
+        sys.stdout.write(report.agent_report(found, Turn.of_run(found, str(store) if store
+                                                                else None)) + "\n")
         return
     out.print(f"run {found.run_id}  {found.problem}  {found.solution}", markup=False)
     out.print(f"started {found.started_at}  seed {found.seed}  sha256 {found.source_sha256[:12]}"

@@ -7,6 +7,7 @@ Errors are raised as krung errors, which cli.main prints as `Type: message` and 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,21 +31,25 @@ WorkspaceOption = Annotated[Path, typer.Option(
 def init(
     directory: Annotated[Path, typer.Argument(help="The new workspace: a directory that does "
                                                    "not exist yet, or is empty.")],
-    problem: Annotated[str | None, typer.Option(
-        "--problem", help="Copy this built-in problem (krung problems lists them).")] = None,
-    from_path: Annotated[Path | None, typer.Option(
-        "--from", help="Copy the problem directory at this path.")] = None,
+    problem: Annotated[list[str] | None, typer.Option(
+        "--problem", help="Copy this built-in problem (krung problems lists them); "
+                          "repeat it for several.")] = None,
+    from_path: Annotated[list[Path] | None, typer.Option(
+        "--from", help="Copy the problem directory at this path, or each problem directory "
+                       "in it; repeat it for several.")] = None,
     dsl: Annotated[str, typer.Option(
         help="DSL of the first version: triton, cuda, cutedsl or tilelang.")] = "triton",
 ) -> None:
-    """Create a kernel workspace: the problem, a first version, AGENTS.md, MCP config, context/."""
+    """Create a kernel workspace: the problems, a first version of each, AGENTS.md, MCP
+    config, context/."""
     made = krung.init_workspace(directory, problem=problem, from_path=from_path, dsl=dsl)
-    out.print(f"created workspace {made.path} ({made.dsl}; problem: {made.source})",
-              markup=False)
+    out.print(f"created workspace {made.path} ({made.dsl}; {made.source})", markup=False)
     for path in made.files:
         out.print(f"  {path.relative_to(made.path)}", markup=False)
-    out.print(f"next: cd {made.path} && krung run {made.problem.name} "
-              f"versions/{made.first_version.name}", markup=False)
+    for folder, version in zip(made.problems, made.first_versions, strict=True):
+        command = shlex.join(["krung", "run", folder.name,
+                              str(version.relative_to(made.path)), "--format", "agent"])
+        out.print(f"next: cd {shlex.quote(str(made.path))} && {command}", markup=False)
     out.print("      (AGENTS.md is the guide, for agents and people alike)", markup=False)
 
 

@@ -159,6 +159,9 @@ EXECUTOR = ("executor", "workers", "gpus", "per_gpu", "address", "remote", "remo
 BATCH = ("rungs", "device", *POLICY, *EXECUTOR, "json_output", "store")
 SUITE = ("solutions", "precision", "rungs", "device", *POLICY, *EXECUTOR, "json_output",
          "store")
+# What a `next:` command repeats of a `krung run` (rungs and store apart; the seed stays fresh)
+REPEATED = ("device", "timeout", "compile_timeout", "precision", *POLICY, "vs_compiled",
+            "output_format")
 EVALUATE_TOOL = ("rungs", "seed", "device", *POLICY, "parent", "vs_compiled")
 PROFILE_TOOL = ("seed", "device")
 
@@ -223,6 +226,20 @@ def _joined(value: Any) -> Any:
 def _was_given(value: Any) -> bool:
     """None is an option left out, and False a flag left off (0 is a value, to be checked)."""
     return value is not None and value is not False
+
+
+def as_flags(given: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
+    """The options among `names` that `given` holds, as the command line takes them: what
+    repeats a command with the same options (the `next:` line of an agent's verdict)."""
+    flags: list[str] = []
+    for name in names:
+        value = given.get(name)
+        if not _was_given(value):
+            continue
+        flags.append(OPTIONS[name].cli_flag)
+        if value is not True:
+            flags.append(str(getattr(value, "value", _joined(value))))
+    return flags
 
 
 def markdown() -> str:

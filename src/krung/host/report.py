@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from krung.host.next_step import Turn, next_line
 from krung.judge.device import SLOW_CLOCK
 from krung.judge.ladder import specs
 from krung.judge.rungs.spec import AGENT, TABLE
-from krung.protocol.results import INTERNAL_ERROR, Run, RungResult, Status, format_value
+from krung.protocol.results import Run, RungResult, Status, format_value
+from krung.protocol.unchecked import describe
 
 if TYPE_CHECKING:  # rich is imported where a table is drawn: the API stays light to import
     from rich.table import Table
@@ -50,11 +52,16 @@ def verdict(run: Run) -> str:
     failed = [r.name for r in run.rungs if r.status is Status.FAILED]
     if failed:
         return f"FAILED  run {run.run_id}: {', '.join(failed)} failed"
+    passed = "every rung passed"
     if run.skipped:
         names = ", ".join(r.name for r in run.skipped)
-        return (f"OK  run {run.run_id}: every rung that could run passed ({names} skipped)"
-                + _UNCHECKED * _correctness_unchecked(run))
-    return f"OK  run {run.run_id}: every rung passed"
+        passed = (f"every rung that could run passed ({names} skipped)"
+                  + _UNCHECKED * _correctness_unchecked(run))
+    paths = run.unchecked_paths
+    if paths:
+        return (f"OK with unchecked paths  run {run.run_id}: {passed}; never checked: "
+                + describe(paths))
+    return f"OK  run {run.run_id}: {passed}"
 
 
 _UNCHECKED = "; correctness NOT checked"
@@ -144,17 +151,20 @@ def agent_rung_line(result: RungResult) -> str:
     return _clip(result.line())
 
 
-def agent_report(run: Run) -> str:
+def agent_report(run: Run, turn: Turn | None = None) -> str:
     """What `krung run --format agent` printed, rebuilt from a recorded run (`krung show`)."""
-    return "\n".join([*(agent_rung_line(r) for r in run.rungs), "", agent_summary(run)])
+    return "\n".join([*(agent_rung_line(r) for r in run.rungs), "", agent_summary(run, turn=turn)])
 
 
-def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
+def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES, turn: Turn | None = None) -> str:
     """A plain-text verdict of at most `max_lines` lines: the first failing rung, its error,
-    where in the version (with the source line) and the hint; the figures that matter; and
-    the next thing to look at."""
+    where in the version (with the source line) and the hint; the paths never checked; the
+    figures that matter; and the command to run next, with the options of `turn` (the
+    command that printed it; by default the run's own problem, version, rungs and device)."""
     failed = next((r for r in run.rungs if r.status is Status.FAILED), None)
     head = [_agent_verdict(run, failed), "rungs: " + ", ".join(_rung_state(r) for r in run.rungs)]
+    if run.unchecked_paths and failed is None and not run.error:
+        head.append("unchecked paths: " + describe(run.unchecked_paths))
     body: list[str] = []
     if run.error:
         head.append(f"error: {run.error.strip().splitlines()[0]}")
@@ -164,7 +174,7 @@ def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES) -> str:
         body += _indented((failed.details or "").rstrip().splitlines())
     for rung in run.rungs:  # a rung's own summary, or the figures it declares for agents
         body += _AGENT_LINES.get(rung.name, _declared_lines)(rung)
-    tail = [f"next: {_next_step(run, failed)}"]
+    tail = [next_line(run, failed, turn)]
     room = max(max_lines - len(head) - len(tail), 0)
     if len(body) > room:
         body = [*body[:max(room - 1, 0)], f"... ({len(body) - room + 1} more lines cut)"]
@@ -181,16 +191,19 @@ def _agent_verdict(run: Run, failed: RungResult | None) -> str:
         return f"FAILED at {failed.name}  {where}"
     if not run.ok:
         return f"INCOMPLETE (no rung ran to the end)  {where}"
+    ok = "OK with unchecked paths" if run.unchecked_paths else "OK"
     if run.skipped:
         names = ", ".join(r.name for r in run.skipped)
-        return (f"OK (every rung that could run passed; {names} skipped"
+        return (f"{ok} (every rung that could run passed; {names} skipped"
                 f"{_UNCHECKED * _correctness_unchecked(run)})  {where}")
-    return f"OK (every rung passed)  {where}"
+    return f"{ok} (every rung passed)  {where}"
 
 
 def _rung_state(result: RungResult) -> str:
     if result.status is Status.SKIPPED:
         return f"{result.name} skipped ({result.reason})"
+    if result.ok and result.figures.get("first_call"):  # compile: it imports, the call raised
+        return f"{result.name} ok (but its first call {result.figures['first_call']})"
     return f"{result.name} {'ok' if result.ok else 'FAILED'}"
 
 
@@ -222,9 +235,13 @@ def _source_line(run: Run, location: str) -> tuple[str, str | None]:
 
 
 def _listed_and_unseen(figures: dict[str, Any]) -> str:
-    """`4 listed + 2 unseen`: the problem's own cases and those krung derived."""
+    """`4 listed + 2 unseen, 3 seeds each`: the problem's own cases and those krung derived,
+    and on a CPU `; 1 bench shape, 1 seed` (a bench case's path, checked once)."""
     unseen = figures.get("unseen_cases") or 0
-    return f"{(figures.get('cases') or 0) - unseen} listed + {unseen} unseen"
+    bench = sum(" (bench " in str(row.get("case")) for row in figures.get("per_case") or [])
+    text = (f"{(figures.get('cases') or 0) - unseen - bench} listed + {unseen} unseen, "
+            f"{figures.get('seeds')} seeds each")
+    return text + (f"; {bench} bench shape(s), 1 seed" if bench else "")
 
 
 def _correctness_lines(rung: RungResult | None) -> list[str]:
@@ -232,7 +249,7 @@ def _correctness_lines(rung: RungResult | None) -> list[str]:
         return []
     f = rung.figures
     text = (f"correctness: {f.get('passed')}/{f.get('cases')} cases passed "
-            f"({_listed_and_unseen(f)}, {f.get('seeds')} seeds each); "
+            f"({_listed_and_unseen(f)}); "
             f"max_abs_err {format_value(f.get('max_abs_err'))}"
             f" max_rel_err {format_value(f.get('max_rel_err'))}")
     if f.get("worst_case"):
@@ -381,73 +398,6 @@ def _with_unit(value: Any, unit: str) -> str:
 _AGENT_LINES = {"correctness": _correctness_lines, "benchmark": _benchmark_lines,
                 "artifacts": _artifact_lines, "profile": _profile_lines,
                 "roofline": _roofline_lines}
-
-
-def _next_step(run: Run, failed: RungResult | None) -> str:
-    if run.error:
-        return ("read judge.log in the run's folder (runs/<run id>/ beside the store); if "
-                "the error repeats on a plain re-run, it is a krung bug")
-    if failed is not None:
-        return _next_for_failure(failed)
-    roofline = run.rung("roofline")
-    if roofline is not None and roofline.ok:
-        if roofline.figures.get("verdict") == "at-roofline":
-            return ("every bench case is at the roofline: stop optimising this kernel, or cut "
-                    "the work itself (fewer bytes or flops)")
-        if roofline.figures.get("next_step"):  # from the measured limiter (roofline/next_step)
-            return str(roofline.figures["next_step"])
-        return (f"{format_value(roofline.figures.get('pct_of_roofline'))}% of the roofline; "
-                f"the furthest case is {roofline.figures.get('worst_case')}: "
-                f"{roofline.figures.get('limiter')}")
-    # A rung skipped for want of a GPU is no step to take; one skipped for a need is, and a
-    # correctness left unchecked is the first thing to say.
-    skipped = [r for r in run.rungs if r.status is Status.SKIPPED
-               and (r.reason or "").startswith("needs ")]
-    roots = [r for r in run.rungs if r.status is Status.SKIPPED
-             and not (r.reason or "").startswith("needs ")]
-    correctness = run.rung("correctness")
-    if correctness is not None and correctness.status is Status.SKIPPED and roots:
-        return (f"correctness is not checked yet: {roots[0].name} was skipped ({roots[0].reason});"
-                " evaluate it where that rung can run before relying on this version")
-    if skipped:
-        return f"{skipped[0].name} was skipped: {skipped[0].reason}"
-    if correctness is None:  # the rungs asked for stopped short of it
-        climbed = ",".join(r.name for r in run.rungs)
-        return (f"nothing failed, but correctness was not asked for (rungs {climbed}): "
-                f"climb it, e.g. --rungs {climbed},correctness")
-    bench = run.rung("benchmark")
-    if bench is None:
-        return "the version is correct; climb the benchmark rung to time it"
-    rows = [r for r in bench.figures.get("per_case") or [] if r.get("speedup")]
-    slowest = min(rows, key=lambda r: r["speedup"], default=None)
-    cpu = bench.figures.get("timer") == "cpu-wall"
-    note = (" (these are interpreter times on a CPU, which say little about the GPU: time it "
-            "on a GPU before optimising)" if cpu else "")
-    if slowest is not None and slowest["speedup"] < 1:
-        slower = sum(r["speedup"] < 1 for r in rows)
-        return (f"correct but slower than the reference on {slower} of {len(rows)} bench "
-                f"case(s), most on {slowest['case']}{note}")
-    target = f", the least gain on {slowest['case']}" if slowest is not None else ""
-    return (f"correct and faster than the reference{target}; compare with earlier versions "
-            f"(history, diff of two runs) before the next optimisation{note}")
-
-
-def _next_for_failure(failed: RungResult) -> str:
-    where = f" at {failed.location}" if failed.location else ""
-    kind = failed.error_type or "error"
-    if kind == "Mismatch":
-        cases = failed.figures.get("failed_cases") or []
-        first = f" (start with {cases[0]})" if cases else ""
-        return ("the outputs are wrong on some cases" + first + ": compare the failing and "
-                "the passing sizes, follow the hint, fix, and evaluate again")
-    if kind in ("WorkerCrashed", "Timeout", "WorkerDead"):
-        return (f"the version's process {'hung' if kind == 'Timeout' else 'died'}{where}: "
-                "read worker.log in the run's folder (runs/<run id>/ beside the store) for "
-                "its stack, fix, and evaluate again")
-    if kind == INTERNAL_ERROR:
-        return "the problem's code or krung raised this, not the version: read the details"
-    see = " (see the hint)" if failed.hint else ""
-    return f"fix the {kind}{where}{see}, then evaluate again"
 
 
 def _indented(lines: list[str]) -> list[str]:

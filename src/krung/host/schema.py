@@ -88,6 +88,21 @@ def _rung_schema() -> dict[str, Any]:
     }
 
 
+_UNCHECKED_PATH = {
+    "type": "object", "required": ["case", "path", "why", "rung"],
+    "additionalProperties": False,
+    "properties": {
+        "case": {"type": "string", "description": "the bench case (`size=value,...`)"},
+        "path": {"type": "string", "description": "what was never checked: the case's shape, "
+                                                  "or a kernel's specialisation"},
+        "why": {"type": "string"},
+        "rung": {"enum": ["correctness", "artifacts"], "description": "the rung that found it"},
+        "cost_s": {"type": "number", "description": "what the shape's smallest affordable "
+                                                    "form would have cost on this CPU"},
+    },
+}
+
+
 def run_schema() -> dict[str, Any]:
     """The JSON Schema of `Run.to_json()` (with or without the source)."""
     return {
@@ -98,7 +113,8 @@ def run_schema() -> dict[str, Any]:
                        "it climbed, in order, with their figures. `ok` is true when no "
                        "rung failed or was skipped and the evaluation itself did not break.",
         "type": "object",
-        "required": ["run_id", "problem", "solution", "device", "outcome", "ok", "rungs", "error",
+        "required": ["run_id", "problem", "solution", "device", "outcome", "ok", "unchecked_paths",
+                     "rungs", "error",
                      "problem_path", "source_sha256", "seed", "env", "started_at",
                      "finished_at", "parent"],
         "additionalProperties": False,
@@ -114,6 +130,12 @@ def run_schema() -> dict[str, Any]:
                                        "krung itself failed (twice: the judge died, fell "
                                        "silent or raised), not a verdict on the version"},
             "ok": {"type": "boolean"},
+            "unchecked_paths": {
+                "type": "array", "items": {"$ref": "#/$defs/unchecked_path"},
+                "description": "code paths a bench case takes that no check ran (on a CPU: "
+                               "a bench shape the interpreter could not afford, or a Triton "
+                               "specialisation only bench cases launch): the version passed "
+                               "without them; empty when every path was checked"},
             "rungs": {"type": "array", "items": {"$ref": "#/$defs/rung"}},
             "error": {**_TEXT, "description": "the evaluation itself broke (the judge "
                                               "died, or the run was interrupted)"},
@@ -129,5 +151,5 @@ def run_schema() -> dict[str, Any]:
                        "description": "the run this version builds on: named with --parent, "
                                       "or else the previous run of the same version file"},
         },
-        "$defs": {"rung": _rung_schema()},
+        "$defs": {"rung": _rung_schema(), "unchecked_path": _UNCHECKED_PATH},
     }

@@ -58,8 +58,8 @@ def kernel({{signature}}):
     # returns), launch your kernel on the inputs, and return the output(s). The example above
     # shows the pattern for one elementwise input.
     raise NotImplementedError(
-        "versions/v1.py is a skeleton: write the kernel for {{problem}} in a new file, "
-        "versions/v2.py, starting from this one")
+        "{{versions}}/v1.py is a skeleton: write the kernel for {{problem}} in a new file, "
+        "{{versions}}/v2.py, starting from this one")
 '''
 
 WORKING_ENTRY = '''\

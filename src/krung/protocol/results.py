@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from krung.protocol.tree import json_safe
+from krung.protocol.unchecked import unchecked_paths
 
 # A rung's error type when the judge's own code (krung's, or the problem's) raised: never a
 # verdict on the version (krung.host.evaluate tries the evaluation again, then reports it).
@@ -105,6 +106,12 @@ class Run:
         return "passed" if self.ok else "failed"
 
     @property
+    def unchecked_paths(self) -> list[dict[str, Any]]:
+        """Code paths a bench case takes that no check ran (krung.protocol.unchecked): a
+        passing version is not checked there, and its verdict says so."""
+        return unchecked_paths(self.rungs)
+
+    @property
     def skipped(self) -> list[RungResult]:
         return [r for r in self.rungs if r.status is Status.SKIPPED]
 
@@ -119,6 +126,7 @@ class Run:
             "device": self.device,
             "outcome": self.outcome,
             "ok": self.ok,
+            "unchecked_paths": self.unchecked_paths,
             "rungs": [r.to_json() for r in self.rungs],
             "error": self.error,
             "problem_path": self.problem_path,

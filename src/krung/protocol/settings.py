@@ -42,11 +42,14 @@ class Declared:
     env: str
     help: str
     check: Check | None = None
+    zero: bool = False  # a number that may be 0 (it turns the setting's work off)
 
 
-def setting(default: Any, env: str, help: str, check: Check | None = None) -> Any:
+def setting(default: Any, env: str, help: str, check: Check | None = None,
+            zero: bool = False) -> Any:
     """One setting's declaration, as a field of `Settings`."""
-    return dataclasses.field(default=default, metadata={"setting": Declared(env, help, check)})
+    return dataclasses.field(default=default,
+                             metadata={"setting": Declared(env, help, check, zero)})
 
 
 def one_of(values: tuple[str, ...], what: str, hint: str | None = None) -> Check:
@@ -105,7 +108,8 @@ class Settings:
         3.0, "KRUNG_CPU_CHECK_BUDGET",
         "seconds the correctness rung aims to spend on a CPU (Triton's interpreter): cases "
         "are shrunk to fit, keeping what Triton specialises on, and the determinism rung "
-        "takes a case that fits a quarter of it; 0 checks every case as declared")
+        "takes a case that fits a quarter of it; 0 checks every case as declared",
+        zero=True)
     compile_timeout_s: float = setting(180.0, "KRUNG_COMPILE_TIMEOUT",
                                        "seconds for import + first call")
     call_timeout_s: float = setting(120.0, "KRUNG_CALL_TIMEOUT",
@@ -257,12 +261,14 @@ def parse(name: str, source: str, raw: object) -> object:
     """The value of setting `name` given as `raw` by `source`, or UsageError naming the
     source and the value it expects."""
     kind = kind_of(name)
+    zero = declared(name).zero
     try:
-        value: Any = _PARSERS[kind](raw)
+        value: Any = _positive(kind, zero)(raw) if zero else _PARSERS[kind](raw)
     except (TypeError, ValueError):
         raise UsageError(
             f"{source}={raw!r} is not a valid {kind.__name__}",
-            hint=f"set {source} to a positive {kind.__name__} ({declared(name).help})",
+            hint=f"set {source} to a {'' if zero else 'positive '}{kind.__name__}"
+                 f"{' (0 or more)' if zero else ''} ({declared(name).help})",
         ) from None
     check = declared(name).check
     if check is not None:
@@ -270,10 +276,10 @@ def parse(name: str, source: str, raw: object) -> object:
     return value
 
 
-def _positive(kind: type) -> Callable[[object], object]:
+def _positive(kind: type, zero: bool = False) -> Callable[[object], object]:
     def parse(raw: object) -> object:
         value = kind(raw)
-        if not value > 0:
+        if not (value > 0 or (zero and value == 0)):
             raise ValueError
         return value
     return parse

@@ -138,7 +138,9 @@ def _first_call(ctx: Context) -> dict[str, Any]:
         error = reply["error"]
         if error.get("kind") == "compile":
             raise failure(error, "the first call (compile)")
-        figures["first_call"] = f"raised {error.get('type')} (reported by the run rung)"
+        # first in the line: `[compile] ok` alone would read as a version that runs
+        figures = {"first_call": f"raised {error.get('type')}: the run rung reports it",
+                   **figures}
     return figures
 
 

@@ -43,6 +43,12 @@ def init(
               markup=False)
     for path in made.files:
         out.print(f"  {path.relative_to(made.path)}", markup=False)
+    # Pinned as krung copied it, before any agent can edit it: graded runs check against it.
+    store = krung.Settings.from_env().store
+    pinned = krung.pin_problem(made.problem, store=store if store.is_absolute()
+                               else made.path / store)
+    out.print(f"pinned {made.problem.name}/ ({len(pinned['files'])} files) for graded runs "
+              "(krung run --graded, krung mcp)", markup=False)
     out.print(f"next: cd {made.path} && krung run {made.problem.name} "
               f"versions/{made.first_version.name}", markup=False)
     out.print("      (AGENTS.md is the guide, for agents and people alike)", markup=False)

@@ -19,7 +19,6 @@ import contextlib
 import functools
 import json
 import logging
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -383,19 +382,20 @@ def _get_run(db_path: Path, run_id: str) -> krung.Run:
 
 
 class _Scope:
-    """What a session may see: in graded mode only the runs it made (by the MCP session
-    object, so each HTTP session and each stdio server has its own); else everything."""
+    """What a session may see: in graded mode only the runs it made; else everything. A
+    session is the server over stdio (one client), and over HTTP the transport's session
+    (its Mcp-Session-Id header; a stateless client shares the server's)."""
 
     def __init__(self, graded: bool):
         self.graded = graded
-        self.runs: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self.runs: dict[str | None, set[str]] = {}
 
     def own(self, ctx: Context) -> set[str] | None:
         """The session's run ids; None when every run is visible."""
-        return set(self.runs.get(ctx.session, ())) if self.graded else None
+        return set(self.runs.get(_session(ctx), ())) if self.graded else None
 
     def made(self, ctx: Context, run: krung.Run) -> None:
-        self.runs.setdefault(ctx.session, set()).add(run.run_id)
+        self.runs.setdefault(_session(ctx), set()).add(run.run_id)
 
     def run_id(self, ctx: Context, given: str) -> str:
         """The run `given` names (an id or a prefix): in graded mode, one of the session's
@@ -424,6 +424,10 @@ class _Scope:
                                    "runs' too; a graded session evaluates its own",
                                    hint="write the version elsewhere, or send it as `source`")
         return path
+
+
+def _session(ctx: Context) -> str | None:
+    return (ctx.headers or {}).get("mcp-session-id")
 
 
 def _json_block(data: Any) -> TextContent:

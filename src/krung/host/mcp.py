@@ -56,6 +56,11 @@ figures, SASS) and get_artifact (worker.log holds the version's prints and crash
 ptx, ttgir per kernel) look back at runs; profile runs Nsight Compute alone. A version runs in
 its own process, so a crash or a hang only fails its rung."""
 
+GRADED = """
+Every run is graded: the problem's files must be as pinned (never edit them), the seed is
+krung's secret, and history, show_run, get_artifact and diff_runs see only this session's
+runs."""
+
 ProblemArg = Annotated[str, Field(description=(
     "A built-in problem's name (e.g. softmax; see list_problems), or the path of a problem: "
     "a folder holding problem.py, a KernelBench .py file, or a GPU MODE folder holding "
@@ -77,8 +82,8 @@ def build_server(store: str | Path | None = None, graded: bool = True) -> MCPSer
     """The krung MCP server over the store at `store` (default: KRUNG_STORE or
     .krung/krung.db under the working directory), graded unless `graded` is False."""
     db_path = Path(store or krung.Settings.from_env().store).resolve()
-    server = MCPServer("krung", version=krung.__version__, instructions=INSTRUCTIONS,
-                       log_level="WARNING")
+    server = MCPServer("krung", version=krung.__version__,
+                       instructions=INSTRUCTIONS + GRADED * graded, log_level="WARNING")
     scope = _Scope(graded)
 
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:

@@ -136,3 +136,13 @@ def test_the_files_of_each_format_are_hashed(tmp_path):
     before = combined_sha256(files)
     write(tmp_path / "gm" / "utils.py", "def helper(): return 1\n")
     assert combined_sha256(problem_files(gm)) != before
+
+
+def test_krung_init_pins_the_workspaces_problem(krung, tmp_path):
+    made = krung("init", "ws", "--problem", "vector_add")
+    assert made.code == 0, made.stdout + made.stderr
+    assert "pinned vector_add/ (1 files) for graded runs" in made.stdout
+    problem = tmp_path / "ws" / "vector_add" / "problem.py"
+    problem.write_text(problem.read_text().replace("test_cases", "test_cases_all", 1))
+    graded = krung("run", "vector_add", "versions/v1.py", "--graded", cwd=tmp_path / "ws")
+    assert graded.code == 2 and "problem.py (changed)" in graded.stderr

@@ -6,8 +6,8 @@ or a problem: `evaluate` starts a judge process, `describe_problem` a child proc
 
 Graded by default (krung.host.grading; `krung mcp --ungraded` opts out): every evaluation is
 graded, and a session sees only the runs it made itself, in history, show_run, get_artifact,
-diff_runs and as a parent, so no agent reads another run's version; a version_path inside the
-store's folder (another run's copy) is refused.
+diff_runs and as a parent, so no agent reads another run's version; a version_path among the
+store's copies of versions (runs/, versions/) is refused.
 
 Every tool answers. A KrungError comes back as a tool error holding `Type: message` and the
 `hint:` that says how to fix it, and anything else as an InternalError, so a bad call never

@@ -42,9 +42,10 @@ def environment(store: Path) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def connect(store: Path, cwd: Path):
-    """A client session with a fresh `python -m krung mcp` over stdio."""
-    server = StdioServerParameters(command=sys.executable, args=["-m", "krung", "mcp"],
+async def connect(store: Path, cwd: Path, *flags: str):
+    """A client session with a fresh `python -m krung mcp` over stdio (one session per
+    server: graded, unless `flags` say --ungraded)."""
+    server = StdioServerParameters(command=sys.executable, args=["-m", "krung", "mcp", *flags],
                                    env=environment(store), cwd=str(cwd))
     with open(cwd / "server-stderr.log", "w") as errlog:
         async with stdio_client(server, errlog=errlog) as (read, write_stream), \
@@ -84,6 +85,7 @@ def test_tools_are_listed_with_precise_schemas(store, tmp_path):
 
 def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_problem):
     good = write(tmp_path / "versions" / "good.py", GOOD)
+    krung.pin_problem(scale_problem, store=store)  # the server grades: a pinned problem
     progress: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(value, total, message):
@@ -175,6 +177,7 @@ def test_evaluate_good_and_wrong_versions_then_look_back(store, tmp_path, scale_
 def test_errors_are_tool_errors_with_the_fix_and_the_server_lives_on(store, tmp_path,
                                                                      scale_problem):
     good = write(tmp_path / "good.py", GOOD)
+    krung.pin_problem(scale_problem, store=store)
 
     async def body():
         async with connect(store, tmp_path) as session:
@@ -270,19 +273,31 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_streamable_http_on_loopback(store, tmp_path):
+def test_streamable_http_on_loopback(store, tmp_path, scale_problem):
+    """Over HTTP too; each HTTP session of a graded server sees only its own runs."""
+    krung.pin_problem(scale_problem, store=store)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "krung", "mcp", "--http", str(port)],
                               env=environment(store), cwd=tmp_path, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    async def body():
+    @asynccontextmanager
+    async def connected():
         async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams, \
                 ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
+            yield session
+
+    async def body():
+        async with connected() as session, connected() as other:
             tools = await session.list_tools()
             problems = await session.call_tool("list_problems", {})
-        return {t.name for t in tools.tools}, problems
+            made = await session.call_tool("evaluate", {
+                "problem": str(scale_problem), "source": GOOD,
+                "rungs": "static,compile,run,correctness"})
+            own = await session.call_tool("history", {"problem": "scale"})
+            others = await other.call_tool("history", {"problem": "scale"})
+        return {t.name for t in tools.tools}, problems, made, own, others
 
     try:
         deadline = time.monotonic() + 60
@@ -294,13 +309,17 @@ def test_streamable_http_on_loopback(store, tmp_path):
                 assert server.poll() is None, server.stderr.read().decode()
                 assert time.monotonic() < deadline, "the HTTP server did not start in 60 s"
                 time.sleep(0.2)
-        names, problems = anyio.run(body)
+        names, problems, made, own, others = anyio.run(body)
     finally:
         server.terminate()
         server.wait(timeout=30)
         server.stderr.close()
     assert names == TOOLS
     assert not problems.is_error
+    assert made.structured_content["ok"] is True, text_of(made)
+    assert [r["run_id"] for r in own.structured_content["runs"]] == \
+        [made.structured_content["run_id"]]
+    assert others.structured_content["runs"] == []
 
 
 @pytest.mark.newest
@@ -311,8 +330,8 @@ def test_evaluate_takes_rungs_as_a_list_or_comma_separated(store, tmp_path, scal
     async def on_progress(value, total, message):
         totals.append(total)
 
-    async def body():
-        async with connect(store, tmp_path) as session:
+    async def body():  # ungraded: a graded run climbs correctness
+        async with connect(store, tmp_path, "--ungraded") as session:
             def evaluate(rungs, **kwargs):
                 return session.call_tool("evaluate", {
                     "problem": str(scale_problem), "version_path": str(good), "rungs": rungs},
@@ -355,3 +374,67 @@ def test_the_mcp_json_krung_init_writes_starts_the_server(krung, store, tmp_path
                 return {t.name for t in (await session.list_tools()).tools}
 
     assert anyio.run(body) == TOOLS
+
+
+def test_a_graded_session_sees_only_its_own_runs(store, tmp_path, scale_problem):
+    """Cross-run contamination: an agent reads no other session's runs (history, show_run,
+    get_artifact, diff_runs, a parent, the store's copy of a version), chooses no seed, and
+    evaluates only the pinned problem; a server started --ungraded sees every run."""
+    good = write(tmp_path / "good.py", GOOD)
+    checked = ["static", "compile", "run", "correctness"]
+    krung.pin_problem(scale_problem, store=store)
+
+    async def body():
+        async with connect(store, tmp_path) as first:
+            made = await first.call_tool("evaluate", {
+                "problem": str(scale_problem), "version_path": str(good), "rungs": checked})
+            own = await first.call_tool("history", {"problem": "scale"})
+            shown = await first.call_tool("show_run", {"run_id": made.structured_content[
+                "run_id"][:4]})
+        run_id = made.structured_content["run_id"]
+        copy = store.parent / "runs" / run_id  # the store's copy of the version
+        async with connect(store, tmp_path) as second:
+            other = {
+                "history": await second.call_tool("history", {"problem": "scale"}),
+                "show_run": await second.call_tool("show_run", {"run_id": run_id}),
+                "get_artifact": await second.call_tool("get_artifact", {"run_id": run_id}),
+                "diff_runs": await second.call_tool("diff_runs", {"run_a": run_id,
+                                                                  "run_b": run_id}),
+                "parent": await second.call_tool("evaluate", {
+                    "problem": str(scale_problem), "source": GOOD, "parent": run_id}),
+                "copy": await second.call_tool("evaluate", {
+                    "problem": str(scale_problem),
+                    "version_path": str(next((copy / "version").iterdir()))}),
+                "seed": await second.call_tool("evaluate", {
+                    "problem": str(scale_problem), "version_path": str(good), "seed": 7}),
+            }
+            (scale_problem / "problem.py").write_text(
+                (scale_problem / "problem.py").read_text().replace("* 2 + 1", "* 2 + 1.0"))
+            edited = await second.call_tool("evaluate", {
+                "problem": str(scale_problem), "version_path": str(good)})
+        async with connect(store, tmp_path, "--ungraded") as ungraded:
+            everything = await ungraded.call_tool("history", {"problem": "scale"})
+            seeded = await ungraded.call_tool("show_run", {"run_id": run_id})
+        return made, own, shown, other, edited, everything, seeded
+
+    made, own, shown, other, edited, everything, seeded = anyio.run(body)
+    assert not made.is_error, text_of(made)
+    run = made.structured_content
+    assert run["ok"] is True and run["env"]["graded"] is True
+    assert run["env"]["seed_secret"] is True and "(not graded)" not in made.content[0].text
+    assert [r["run_id"] for r in own.structured_content["runs"]] == [run["run_id"]]
+    assert shown.structured_content["run_id"] == run["run_id"]
+
+    assert other["history"].structured_content["runs"] == []
+    for tool in ("show_run", "get_artifact", "diff_runs", "parent"):
+        assert other[tool].is_error, tool
+        assert f"no run {run['run_id']!r} among this session's 0 run(s)" in \
+            text_of(other[tool]), tool
+        assert "hint: use a run_id that evaluate returned in this session" in \
+            text_of(other[tool])
+    assert other["copy"].is_error and "one of the store's copies" in text_of(other["copy"])
+    assert other["seed"].is_error and "takes no seed" in text_of(other["seed"])
+    assert edited.is_error and "problem.py (changed)" in text_of(edited)
+
+    assert [r["run_id"] for r in everything.structured_content["runs"]] == [run["run_id"]]
+    assert not seeded.is_error and seeded.structured_content["seed"] == run["seed"]

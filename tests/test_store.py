@@ -110,7 +110,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
     old.executescript(SCHEMA_1)
     old.close()
     store = Store(path)
-    assert store._version() == 2
+    assert store._version() == 3
     back = store.get("0ld1d")
     assert back.parent is None and back.rungs[0].figures == {"lines": 2} and back.ok
     run = make_run(solution="/v.py")
@@ -120,7 +120,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
     assert store.get(run.run_id).parent == "0ld1d"
     assert store.children("0ld1d") == [run.run_id]
     store.close()
-    assert Store(path)._version() == 2  # a second open has nothing to do
+    assert Store(path)._version() == 3  # a second open has nothing to do
 
 
 def _open_old_store(path: str) -> None:

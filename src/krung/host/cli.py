@@ -244,6 +244,29 @@ def best(
     out.print(report.history_table([entry], f"best of {among} passing run(s)"))
 
 
+@app.command()
+def pin(
+    problem: Annotated[str, typer.Argument(
+        help="Problem: a directory, a KernelBench .py file, a GPU MODE directory, or a "
+             "built-in name.")],
+    replace: Annotated[bool, typer.Option(
+        help="Replace a pin whose files differ (the change is yours, not the agent's).")
+    ] = False,
+    json_output: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Pin a problem's files (their hashes, in the store): a graded run (--graded, the MCP
+    server) whose problem differs from its pin is refused. Pin before an agent starts."""
+    pinned = krung.pin_problem(problem, store=_settings(store).store, replace=replace)
+    if json_output:
+        _print_json(pinned)
+        return
+    out.print(f"pinned {pinned['problem_path']} ({len(pinned['files'])} files, sha256 "
+              f"{pinned['problem_sha256'][:12]}) at {pinned['pinned_at']}", markup=False)
+    for name, sha in pinned["files"].items():
+        out.print(f"  {sha[:12]}  {name}", markup=False)
+
+
 # For coding agents: the MCP server and the run's JSON Schema.
 
 
@@ -252,6 +275,10 @@ def mcp_server(
     http: Annotated[int | None, typer.Option(
         "--http", metavar="PORT", help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) "
                                        "instead of stdio.")] = None,
+    ungraded: Annotated[bool, typer.Option(
+        "--ungraded", help="Serve without graded mode: seeds and weakening settings taken, "
+                           "every run of the store visible (graded is the default: "
+                           "docs/agents.md).")] = False,
     store: StoreOption = None,
 ) -> None:
     """Serve krung's tools to coding agents over the Model Context Protocol (stdio)."""
@@ -260,7 +287,7 @@ def mcp_server(
     except ImportError as exc:
         raise krung.UsageError(f"the MCP server needs the mcp package, version 2 or newer "
                                f"({exc})", hint="pip install 'krung[mcp]'") from None
-    serve(store=_settings(store).store, http_port=http)
+    serve(store=_settings(store).store, http_port=http, graded=not ungraded)
 
 
 @app.command()

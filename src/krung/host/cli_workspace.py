@@ -46,6 +46,13 @@ def init(
     out.print(f"created workspace {made.path} ({made.dsl}; {made.source})", markup=False)
     for path in made.files:
         out.print(f"  {path.relative_to(made.path)}", markup=False)
+    # Pinned as krung copied them, before any agent can edit them: graded runs check them.
+    store = krung.Settings.from_env().store
+    for folder in made.problems:
+        pinned = krung.pin_problem(folder, store=store if store.is_absolute()
+                                   else made.path / store)
+        out.print(f"pinned {folder.name}/ ({len(pinned['files'])} files) for graded runs "
+                  "(krung run --graded, krung mcp)", markup=False)
     for folder, version in zip(made.problems, made.first_versions, strict=True):
         command = shlex.join(["krung", "run", folder.name,
                               str(version.relative_to(made.path)), "--format", "agent"])

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from krung.host import service
+from krung.host import grading, service
 from krung.host.store import Store
 from krung.judge.candidate import LOG_TAIL_BYTES
 from krung.judge.ladder import select
@@ -41,6 +41,7 @@ from krung.judge.problem import (
     precision_dtype,
     problem_name,
 )
+from krung.judge.problem.files import problem_files
 from krung.judge.solution import read_solution
 from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, spawn
@@ -78,7 +79,8 @@ def evaluate(
     KernelBench file, a GPU MODE directory) or a built-in name; `precision` (fp32, fp16,
     bf16) casts a KernelBench problem's inputs and weights. The run's parent is the run
     `parent` names (an id or a unique prefix), or else the previous run of the same version
-    file on this problem. `env` adds variables to the judge's and the worker's environment
+    file on this problem. `settings.graded` refuses what would bend the grading
+    (krung.host.grading). `env` adds variables to the judge's and the worker's environment
     (an executor pins a GPU with CUDA_VISIBLE_DEVICES this way). Raises ProblemError when
     the problem is broken and UsageError for bad arguments; a version that fails, crashes or
     hangs is a Run whose rung says so, never an exception.
@@ -92,15 +94,22 @@ def evaluate(
                          hint="drop --precision")
     version = read_solution(solution)
     names = select(rungs)
+    if settings.graded:
+        grading.refuse_bending(settings, names, seed)
+    files = problem_files(problem_dir)
     owned = not isinstance(store, Store)
     db = store if isinstance(store, Store) else Store(store or settings.store)
     run = Run(run_id="", problem=problem_name(problem_dir, precision, settings.scale),
               problem_path=str(problem_dir),
               solution=str(version.path), source_sha256=version.sha256, source=version.source,
-              seed=seed if seed is not None else secrets.randbits(63))
+              seed=seed if seed is not None else secrets.randbits(63),
+              env=grading.recorded(settings, seed, files))
     try:
+        if settings.graded:
+            run.env["problem_pinned_at"] = grading.check_pin(db, problem_dir, files)
         run.parent = _parent(db, parent, run)
         db.begin(run, names)
+        db.update_env(run)
         run_dir = db.artifacts_dir(run.run_id).resolve()
         copy = run_dir / "version" / version.name  # the bytes read here, which judge and
         copy.parent.mkdir(exist_ok=True)  # worker load: all see what the store records

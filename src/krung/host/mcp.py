@@ -4,6 +4,11 @@ Serves the Model Context Protocol over stdio, or streamable HTTP on loopback, wi
 SDK (`pip install 'krung[mcp]'`). It uses only the public API, and it never imports a version
 or a problem: `evaluate` starts a judge process, `describe_problem` a child process.
 
+Graded by default (krung.host.grading; `krung mcp --ungraded` opts out): every evaluation is
+graded, and a session sees only the runs it made itself, in history, show_run, get_artifact,
+diff_runs and as a parent, so no agent reads another run's version; a version_path among the
+store's copies of versions (runs/, versions/) is refused.
+
 Every tool answers. A KrungError comes back as a tool error holding `Type: message` and the
 `hint:` that says how to fix it, and anything else as an InternalError, so a bad call never
 takes the server down. Runs come back as `Run.to_json()` in the structured content (the schema
@@ -51,6 +56,11 @@ figures, SASS) and get_artifact (worker.log holds the version's prints and crash
 ptx, ttgir per kernel) look back at runs; profile runs Nsight Compute alone. A version runs in
 its own process, so a crash or a hang only fails its rung."""
 
+GRADED = """
+Every run is graded: the problem's files must be as pinned (never edit them), the seed is
+krung's secret, and history, show_run, get_artifact and diff_runs see only this session's
+runs."""
+
 ProblemArg = Annotated[str, Field(description=(
     "A built-in problem's name (e.g. softmax; see list_problems), or the path of a problem: "
     "a folder holding problem.py, a KernelBench .py file, or a GPU MODE folder holding "
@@ -68,12 +78,13 @@ SourceArg = Annotated[str | None, Field(description=(
 NameArg = Annotated[str | None, Field(description=(
     "A short label for a version sent as `source` (letters, digits, _ . -), e.g. "
     "triton_v2; it starts the saved file's name, which history shows."))]
-def build_server(store: str | Path | None = None) -> MCPServer:
+def build_server(store: str | Path | None = None, graded: bool = True) -> MCPServer:
     """The krung MCP server over the store at `store` (default: KRUNG_STORE or
-    .krung/krung.db under the working directory)."""
+    .krung/krung.db under the working directory), graded unless `graded` is False."""
     db_path = Path(store or krung.Settings.from_env().store).resolve()
-    server = MCPServer("krung", version=krung.__version__, instructions=INSTRUCTIONS,
-                       log_level="WARNING")
+    server = MCPServer("krung", version=krung.__version__,
+                       instructions=INSTRUCTIONS + GRADED * graded, log_level="WARNING")
+    scope = _Scope(graded)
 
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
         """Register a tool; its docstring, on one line, is the description agents read."""
@@ -127,47 +138,52 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         with _explained():
             krung.find_problem(problem)  # a wrong problem is reported before saving a source
             names = _rung_names(given["rungs"])
-            settings = options.settings_of(given)
-            path = _version(version_path, source, name, db_path)
+            settings = options.settings_of(given).replace(graded=graded)
+            parent = scope.run_id(ctx, given["parent"]) if given["parent"] else None
+            path = _version(scope.version(version_path, db_path), source, name, db_path)
             report = _ProgressReporter(ctx, len(names))
             run = await _in_thread(functools.partial(
                 krung.evaluate, problem, path, rungs=names,
                 device=given["device"], seed=given["seed"], store=db_path,
-                on_result=report.rung_done, on_progress=report.step, parent=given["parent"],
+                on_result=report.rung_done, on_progress=report.step, parent=parent,
                 settings=settings))
+            scope.made(ctx, run)
         return _run_answer(run)
 
     @tool(READ_ONLY)
     async def history(
         problem: Annotated[str, Field(description=(
             "The problem's name (its directory's name), or the path of its directory."))],
+        ctx: Context,
         limit: Annotated[int, Field(ge=1, le=1000, description="At most this many runs.")] = 20,
     ) -> CallToolResult:
         """The recorded runs of a problem, newest first: run_id, started_at, solution, ok,
         verdict (ok, failed, error), failed_rung, geomean_us and speedup (benchmark, when it
         ran and passed), timer, pct_of_roofline and roofline_verdict (GPU), parent (the run
         it builds on), device. Use a run_id with show_run, diff_runs or
-        get_artifact."""
+        get_artifact. A graded session lists only the runs it made."""
         name = krung.history_name(problem)
         with _explained():
-            runs = await _in_thread(_history, db_path, name, limit)
+            runs = await _in_thread(_history, db_path, name, limit, scope.own(ctx))
         return _answer({"problem": name, "store": str(db_path), "runs": runs})
 
     @tool(READ_ONLY)
     async def show_run(
         run_id: RunIdArg,
+        ctx: Context,
         with_source: Annotated[bool, Field(description="Include the version's source.")] =
         False,
     ) -> CallToolResult:
         """One recorded run: the short verdict as text, and the run as JSON (the same as
         evaluate returns; `krung schema`)."""
         with _explained():
-            run = await _in_thread(_get_run, db_path, run_id)
+            run = await _in_thread(_get_run, db_path, scope.run_id(ctx, run_id))
         return _run_answer(run, with_source)
 
     @tool(READ_ONLY)
     async def get_artifact(
         run_id: RunIdArg,
+        ctx: Context,
         name: Annotated[str | None, Field(description=(
             "The file to read, as listed (a path inside the run's folder), e.g. worker.log."
         ))] = None,
@@ -192,6 +208,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         kind, size). With `name`, or a `kind` that picks one file, returns its text from
         `offset`, at most `max_bytes`."""
         with _explained():
+            run_id = scope.run_id(ctx, run_id)
             if name is None and kind is None:
                 files = await _in_thread(functools.partial(
                     krung.run_files, run_id, kernel=kernel, store=db_path))
@@ -206,6 +223,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         run_a: Annotated[str, Field(description="The first run (usually the older): id or "
                                                 "prefix.")],
         run_b: Annotated[str, Field(description="The second run: id or prefix.")],
+        ctx: Context,
         context_lines: Annotated[int, Field(ge=0, le=50, description=(
             "Lines of context around each change in the source diff."))] = 3,
         code: Annotated[list[Literal["sass", "ptx", "ttir", "ttgir", "llir"]], Field(
@@ -223,6 +241,7 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         (HGMMA, FFMA, LDG.128...) and the unified diff of its SASS (or `code`), without
         addresses."""
         with _explained():
+            run_a, run_b = scope.run_id(ctx, run_a), scope.run_id(ctx, run_b)
             diff = await _in_thread(functools.partial(
                 krung.diff_runs, run_a, run_b, context=context_lines, store=db_path,
                 kinds=tuple(code), kernel=kernel))
@@ -247,23 +266,27 @@ def build_server(store: str | Path | None = None) -> MCPServer:
         (get_artifact kind profile). Where there is no GPU or no ncu the rung is skipped and
         its `reason` says why."""
         with _explained():
-            path = _version(version_path, source, name, db_path)
+            settings = krung.Settings.from_env().replace(graded=graded)
+            path = _version(scope.version(version_path, db_path), source, name, db_path)
             rungs = ["static", "compile", "run", "correctness", "profile"]
             report = _ProgressReporter(ctx, len(rungs))
             run = await _in_thread(functools.partial(
                 krung.evaluate, problem, path, rungs=rungs, device=given["device"],
-                seed=given["seed"], store=db_path, on_result=report.rung_done, on_progress=report.step))
+                seed=given["seed"], store=db_path, on_result=report.rung_done,
+                on_progress=report.step, settings=settings))
+            scope.made(ctx, run)
         return _run_answer(run)
 
     return server
 
 
-def serve(store: str | Path | None = None, http_port: int | None = None) -> None:
+def serve(store: str | Path | None = None, http_port: int | None = None,
+          graded: bool = True) -> None:
     """Serve until the client goes away: stdio by default, else HTTP on 127.0.0.1. The
     store's warm evaluation service runs as long (krung.host.service)."""
     from krung.host.service import serving
 
-    server = build_server(store)
+    server = build_server(store, graded)
     settings = Settings.from_env()
     with serving(settings.replace(store=store) if store else settings):
         if http_port is None:
@@ -342,10 +365,13 @@ def _version(path: str | None, source: str | None, name: str | None, db_path: Pa
     return Path(path)  # type: ignore[arg-type]
 
 
-def _history(db_path: Path, problem: str, limit: int) -> list[dict[str, Any]]:
+def _history(db_path: Path, problem: str, limit: int,
+             only: set[str] | None) -> list[dict[str, Any]]:
+    """The problem's runs, newest first; only those in `only` where it is given (a graded
+    session's own)."""
     store = krung.Store(db_path)
     try:
-        runs = store.history(problem, limit)
+        runs = store.history(problem, limit, only)
     finally:
         store.close()
     return [{"run_id": r.run_id, "started_at": r.started_at, "solution": r.solution,
@@ -358,6 +384,55 @@ def _get_run(db_path: Path, run_id: str) -> krung.Run:
         return store.get(run_id)
     finally:
         store.close()
+
+
+class _Scope:
+    """What a session may see: in graded mode only the runs it made; else everything. A
+    session is the server over stdio (one client), and over HTTP the transport's session
+    (its Mcp-Session-Id header; a stateless client shares the server's)."""
+
+    def __init__(self, graded: bool):
+        self.graded = graded
+        self.runs: dict[str | None, set[str]] = {}
+
+    def own(self, ctx: Context) -> set[str] | None:
+        """The session's run ids; None when every run is visible."""
+        return set(self.runs.get(_session(ctx), ())) if self.graded else None
+
+    def made(self, ctx: Context, run: krung.Run) -> None:
+        self.runs.setdefault(_session(ctx), set()).add(run.run_id)
+
+    def run_id(self, ctx: Context, given: str) -> str:
+        """The run `given` names (an id or a prefix): in graded mode, one of the session's
+        own runs, else UsageError."""
+        own = self.own(ctx)
+        if own is None:
+            return given
+        matches = sorted(r for r in own if r.startswith(given))
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise krung.UsageError(f"run id {given!r} is ambiguous: {', '.join(matches)}",
+                                   hint="give more characters of the id")
+        raise krung.UsageError(
+            f"no run {given!r} among this session's {len(own)} run(s): a graded session "
+            "sees only the runs it made", hint="use a run_id that evaluate returned in this "
+            "session (history lists them)")
+
+    def version(self, path: str | None, db_path: Path) -> str | None:
+        """The version_path given; in graded mode none of the store's copies of versions
+        (runs/, versions/ beside the database), whose source show_run would read back."""
+        copies = [db_path.parent / "runs", db_path.parent / "versions"]
+        if self.graded and path is not None and \
+                any(Path(path).resolve().is_relative_to(c) for c in copies):
+            raise krung.UsageError(f"{path} is one of the store's copies of versions, other "
+                                   "runs' too; a graded session evaluates its own",
+                                   hint="write the version elsewhere, or send it as `source`")
+        return path
+
+
+def _session(ctx: Context) -> str | None:
+    return (ctx.headers or {}).get("mcp-session-id")
 
 
 def _json_block(data: Any) -> TextContent:

@@ -115,6 +115,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            "Fail the correctness rung when a checked call launches no kernel of the "
            "version's own (only torch's operators: `delegated`), as a problem's krung.yml "
            "can ask (Delegated).", setting="require_own_kernel"),
+    Option("graded", bool, False,
+           "Grade the run so that it cannot be bent: the problem's files must match their "
+           "pin (krung pin), no --seed, no setting that weakens a check, correctness in the "
+           "ladder; refused otherwise, naming what (docs/trust.md). Without it the run "
+           "records `graded: false`.", setting="graded"),
     Option("parent", str | None, None,
            "The run this version builds on (its run id or a unique prefix), so the history "
            "is a tree to walk back; by default the previous run of the same version file."),
@@ -151,7 +156,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
 
 # What each front end takes, in the order its help lists them.
 POLICY = ("forbid", "forbid_ops", "require_own_kernel")
-RUN = ("rungs", "device", "seed", "timeout", "compile_timeout", "precision", *POLICY, "parent",
+RUN = ("rungs", "device", "seed", "timeout", "compile_timeout", "precision", *POLICY, "graded",
+       "parent",
        "vs_compiled", "profile", "json_output", "output_format", "store")
 WATCH = ("rungs", "device", *POLICY, "max_runs", "store")
 EXECUTOR = ("executor", "workers", "gpus", "per_gpu", "address", "remote", "remote_python",

@@ -184,7 +184,7 @@ def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES, turn: Turn | None 
 
 def _agent_verdict(run: Run, failed: RungResult | None) -> str:
     where = f"run {run.run_id}  problem {run.problem}  version {_file_name(run.solution)}  " \
-            f"device {run.device}"
+            f"device {run.device}" + "  (not graded)" * (run.env.get("graded") is False)
     if run.error:
         return f"ERROR (krung failed, not your version)  {where}"
     if failed is not None:

@@ -12,7 +12,7 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from krung.judge.rungs.roofline.calibration import CALIBRATION_KEY
 from krung.protocol.errors import UsageError
 from krung.protocol.results import Run, RungResult, dumps
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 1: runs and their rungs.
 _SCHEMA_1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -66,6 +66,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     record TEXT NOT NULL,
     measured_at TEXT NOT NULL,
     PRIMARY KEY (device_name, driver, torch, cuda, method)
+)""",
+    ),
+    # The problems' pinned files (krung.host.grading): a graded run checks against them.
+    3: (
+        """CREATE TABLE IF NOT EXISTS pins (
+    problem_path TEXT PRIMARY KEY,
+    files TEXT NOT NULL,
+    pinned_at TEXT NOT NULL
 )""",
     ),
 }
@@ -205,14 +213,21 @@ class Store:
                              hint="give more characters of the id")
         return self._run(rows[0])
 
-    def history(self, problem: str, limit: int = 100) -> list[Run]:
+    def history(self, problem: str, limit: int = 100,
+                only: Collection[str] | None = None) -> list[Run]:
         """The runs of one problem, newest first. `problem` is a name with the path it was
         run from (`krung.judge.problem.identity`, what `history_name` gives for a path), or
-        a bare name, which must belong to one problem's path in this store."""
-        name, path = self.resolve(problem)
+        a bare name, which must belong to one problem's path in this store. With `only`,
+        just the runs of those ids, and a bare name matches the problem at every path (no
+        other run is looked at: a graded MCP session's own runs)."""
+        from krung.judge.problem import parse_identity
+
+        name, path = self.resolve(problem) if only is None else parse_identity(problem)
+        among = "" if only is None else f"AND run_id IN ({','.join('?' * len(only))}) "
         rows = self._db.execute(
-            "SELECT * FROM runs WHERE problem=? AND (? IS NULL OR problem_path=?) "
-            "ORDER BY started_at DESC, rowid DESC LIMIT ?", (name, path, path, limit)).fetchall()
+            f"SELECT * FROM runs WHERE problem=? AND (? IS NULL OR problem_path=?) {among}"
+            "ORDER BY started_at DESC, rowid DESC LIMIT ?",
+            (name, path, path, *(only or ()), limit)).fetchall()
         return [self._run(row) for row in rows]
 
     def resolve(self, problem: str) -> tuple[str, str | None]:
@@ -270,6 +285,21 @@ class Store:
             run.error = run.error or "unfinished: the evaluation was interrupted or is running"
         return run
 
+
+    # The problems' pins: {file name: sha256} per problem path (krung.host.grading).
+
+    def pin(self, problem_path: str, files: dict[str, str]) -> str:
+        """Pin a problem's files, replacing its pin if it has one; when, as stored."""
+        pinned_at = now()
+        self._write("INSERT OR REPLACE INTO pins (problem_path, files, pinned_at) "
+                    "VALUES (?,?,?)", (problem_path, json.dumps(files), pinned_at))
+        return pinned_at
+
+    def pinned(self, problem_path: str) -> tuple[dict[str, str], str] | None:
+        """The problem's pinned files and when they were pinned; None if it has no pin."""
+        row = self._db.execute("SELECT files, pinned_at FROM pins WHERE problem_path=?",
+                               (problem_path,)).fetchone()
+        return (json.loads(row["files"]), row["pinned_at"]) if row else None
 
     # The device's measured ceilings (krung.judge.rungs.roofline.calibration), one record per key.
 

@@ -212,6 +212,11 @@ class Settings:
         "1 to name every kernel a traced checked call and the reference ran on a GPU "
         "(CUPTI: the delegation check's evidence for CUDA C++, CuTeDSL, TileLang kernels); 0 "
         "leaves those names unknown. A second try after krung's own crash runs with it off")
+    graded: bool = setting(
+        False, "KRUNG_GRADED",
+        "1: every run is graded (krung run --graded; the MCP server's default): the "
+        "problem's files must match their pin (krung pin), no seed may be chosen, no "
+        "setting may weaken a check and the ladder holds correctness (docs/trust.md)")
     extra_rungs: str = setting(
         "", "KRUNG_EXTRA_RUNGS",
         "rungs of your own: comma-separated modules, importable on PYTHONPATH, each declaring "

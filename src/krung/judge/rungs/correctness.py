@@ -59,7 +59,8 @@ SPEC = RungSpec(
            "and by the problem's own check where it has one",
     summary_title="error figures",
     figures=(
-        Figure("cases", "", "the cases checked: declared and unseen", "count", shown=(HTML,)),
+        Figure("cases", "", "the cases checked: declared and unseen (and on a CPU each bench "
+               "case's shape, once)", "count", shown=(HTML,)),
         Figure("seeds", "", "seeds per case", "count"),
         Figure("passed", "", "the cases that passed", "count", shown=(HTML,)),
         *(replace(f, meaning=f"{f.meaning}: the worst over the cases", shown=(HTML,))

@@ -366,6 +366,7 @@ def custom_kernel(data: input_t) -> output_t:
 '''
 
 
+@pytest.mark.slow  # Triton's sm_90 build, then nvcc over torch's headers
 def test_a_version_outside_the_problem_folder_imports_task_in_the_build_process(krung,
                                                                                tmp_path):
     """The build process (artifacts; the CPU compile of CUDA C++) adds the problem's import

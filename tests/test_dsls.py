@@ -156,6 +156,7 @@ def test_a_second_compile_of_the_same_source_is_a_cache_hit(store, version):
     assert (store.parent / "build_cache" / "nvcc").is_dir()
 
 
+@pytest.mark.slow  # three configs tuned under the interpreter, each built for sm_90
 def test_autotune_is_done_before_timing_and_its_choice_recorded(store):
     pytest.importorskip("triton")
     run = krung.evaluate("vector_add", SOLUTIONS / "triton_autotuned.py", store=store,

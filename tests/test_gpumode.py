@@ -19,7 +19,7 @@ CHECKS = "static,compile,run,correctness"  # enough for a version that fails
 
 def test_run_a_gpumode_problem_with_its_submission(krung):
     result = krung("run", GPUMODE / "vectoradd_py", GPUMODE / "vectoradd_py" / "submission.py",
-                   "--json")
+                   "--rungs", f"{CHECKS},benchmark", "--json")
     assert result.code == 0, result.stderr
     run = result.json()
     assert run["problem"] == "vectoradd_py" and run["ok"] is True

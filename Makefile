@@ -1,5 +1,7 @@
 # Two commands do everything: `make demo` and `make test`. Each sets up .venv first if needed.
-# `make test-newest` is the support matrix's other column (CI runs both, .ci/run).
+# `make test` runs in parallel (pytest-xdist, a process per core) and leaves out the tests marked
+# `slow`, which `make test-all` runs; `make test-newest` is the support matrix's other column
+# (CI runs all three, .ci/run).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +13,7 @@ NEWEST ?= .venv-newest
 TORCH ?= torch==2.13.0
 TRITON ?= triton==3.6.0
 
-.PHONY: demo test test-newest lint clean
+.PHONY: demo test test-all test-newest lint clean
 
 $(BIN)/krung: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +31,14 @@ demo: $(BIN)/krung
 lint: $(BIN)/krung
 	$(BIN)/ruff check src tests benchmarks problems
 
+PYTEST := -m pytest -n auto
+
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python $(PYTEST) -m "not slow"
+
+# What genuinely takes long: nvcc over torch's headers, whole problem sets and suites, soak runs.
+test-all: $(BIN)/krung
+	$(BIN)/python $(PYTEST) -m slow
 
 $(NEWEST)/bin/krung: pyproject.toml
 	$(PYTHON) -m venv $(NEWEST)
@@ -42,7 +50,7 @@ $(NEWEST)/bin/krung: pyproject.toml
 # The newest packages on the tests where a toolchain can break krung on a CPU (marker
 # `newest`: the ladder under Triton's interpreter, the interpreter's fixes, the CLI, MCP).
 test-newest: $(NEWEST)/bin/krung
-	$(NEWEST)/bin/python -m pytest -m newest
+	$(NEWEST)/bin/python $(PYTEST) -m newest
 
 clean:
 	rm -rf $(VENV) $(NEWEST) .krung .pytest_cache .ruff_cache

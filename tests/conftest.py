@@ -38,6 +38,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+BUDGET_S = 20.0  # a test of `make test` over this is marked `over_budget`, with its reason
+OVER_SEEN: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report):
+    """Note each test of this run over the budget that does not say why it may be (under
+    xdist this runs in the controller too, with every worker's reports)."""
+    keywords = report.keywords
+    if (report.when == "call" and report.duration > BUDGET_S and "slow" not in keywords
+            and "over_budget" not in keywords):
+        OVER_SEEN.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if OVER_SEEN and not hasattr(terminalreporter.config, "workerinput"):
+        terminalreporter.section(f"over the {BUDGET_S:.0f} s budget of a test")
+        for nodeid, seconds in sorted(OVER_SEEN, key=lambda item: -item[1]):
+            terminalreporter.write_line(
+                f"{seconds:6.1f} s {nodeid}: make it faster, or mark it `slow` (make test-all) "
+                f"or `over_budget` with the reason in a comment")
+
+
 @dataclass
 class Result:
     code: int

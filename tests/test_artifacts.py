@@ -158,6 +158,7 @@ def kernel(x):
 '''
 
 
+@pytest.mark.slow  # nvcc over torch's headers
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 def test_a_cuda_cpp_version_gets_ptx_cubin_and_sass_through_nvcc(store, scale_problem,
                                                                   version):

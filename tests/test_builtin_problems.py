@@ -16,10 +16,19 @@ pytestmark = pytest.mark.newest  # also with the newest packages (make test-newe
 
 GOOD = sorted(PROBLEMS.glob("*/solutions/triton*.py"))
 WRONG = sorted(PROBLEMS.glob("*/solutions/wrong*.py"))
+# `make test` checks one good and one wrong version (and the whole ladder on softmax's below);
+# the whole set, each under Triton's interpreter, is for `make test-all`.
+QUICK = {"vector_add/triton_blocked", "matmul/wrong_k_tail"}
 
 
 def _id(path):
     return f"{path.parent.parent.name}/{path.stem}"
+
+
+def _params(paths):
+    return [pytest.param(path, id=_id(path),
+                         marks=() if _id(path) in QUICK else pytest.mark.slow)
+            for path in paths]
 
 
 def test_every_problem_has_a_good_and_a_wrong_version():
@@ -30,7 +39,7 @@ def test_every_problem_has_a_good_and_a_wrong_version():
         assert any(p.parent.parent.name == name for p in WRONG), name
 
 
-@pytest.mark.parametrize("solution", GOOD, ids=_id)
+@pytest.mark.parametrize("solution", _params(GOOD))
 def test_good_versions_pass(solution, store):
     run = krung.evaluate(solution.parent.parent, solution, store=store, device="cpu",
                          rungs="static,compile,run,correctness")
@@ -39,7 +48,7 @@ def test_good_versions_pass(solution, store):
         run.rung("correctness").figures["per_case"])
 
 
-@pytest.mark.parametrize("solution", WRONG, ids=_id)
+@pytest.mark.parametrize("solution", _params(WRONG))
 def test_wrong_versions_fail_correctness(solution, store):
     run = krung.evaluate(solution.parent.parent, solution, store=store, device="cpu",
                          rungs="static,compile,run,correctness")

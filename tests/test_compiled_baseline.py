@@ -19,6 +19,7 @@ def _scale(x):
     return x * 2 + 1
 
 
+@pytest.mark.slow  # torch.compile (inductor builds C++) of every case afresh
 @torch._dynamo.config.patch(recompile_limit=2)
 def test_every_case_is_compiled_afresh_whatever_the_recompile_limit():
     # Dynamo runs a function uncompiled once it hit its recompile limit (8), silently: shared

@@ -51,6 +51,7 @@ def test_a_dsl_that_is_not_installed_fails_compile_with_its_install_command(
     assert run.rung("run").reason == "needs compile, which failed"
 
 
+@pytest.mark.slow  # nvcc over torch's headers
 @needs_nvcc
 def test_cuda_cpp_compiles_for_sm90_without_a_gpu_and_is_not_run(store):
     run = krung.evaluate("vector_add", SOLUTIONS / "cuda_inline.py", store=store,
@@ -78,6 +79,7 @@ def test_cuda_cpp_compiles_for_sm90_without_a_gpu_and_is_not_run(store):
     assert "Used" in (folder / "sm_90a.ptxas").read_text()
 
 
+@pytest.mark.slow  # nvcc over torch's headers
 @needs_nvcc
 def test_an_nvcc_error_names_the_line_of_the_py_file(store, version):
     path = version("broken", BROKEN)
@@ -140,6 +142,7 @@ def test_a_cu_file_beside_the_version_is_compiled_and_its_errors_point_into_it(
     assert rows["beside:tile_kernel"]["threads_per_block"] == 128  # __launch_bounds__
 
 
+@pytest.mark.slow  # nvcc over torch's headers
 @needs_nvcc
 def test_a_second_compile_of_the_same_source_is_a_cache_hit(store, version):
     source = (SOLUTIONS / "cuda_inline.py").read_text().replace(
@@ -155,6 +158,7 @@ def test_a_second_compile_of_the_same_source_is_a_cache_hit(store, version):
     assert (store.parent / "build_cache" / "nvcc").is_dir()
 
 
+@pytest.mark.slow  # three configs tuned under the interpreter, each built for sm_90
 def test_autotune_is_done_before_timing_and_its_choice_recorded(store):
     pytest.importorskip("triton")
     run = krung.evaluate("vector_add", SOLUTIONS / "triton_autotuned.py", store=store,
@@ -214,7 +218,7 @@ ext = load_inline("krung_twice", cpp_sources=CPP, functions=["twice"])
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # g++ builds a torch extension
 @pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
                     reason="torch's extension builds need ninja and a C++ compiler")
 def test_torch_builds_in_the_cache_once_and_reuses_it(tmp_path):
@@ -329,6 +333,7 @@ def test_editing_an_included_header_is_a_rebuild_not_a_cache_hit(store, tmp_path
     assert third.rung("compile").figures["cache"] == "hit"
 
 
+@pytest.mark.slow  # nvcc over torch's headers
 @needs_nvcc
 def test_the_builtin_cu_file_with_its_kernel_in_a_header_compiles(store, tmp_path):
     """A `.cu` compiled by krung finds headers of its own folder (-I its folder)."""

@@ -19,7 +19,7 @@ CHECKS = "static,compile,run,correctness"  # enough for a version that fails
 
 def test_run_a_gpumode_problem_with_its_submission(krung):
     result = krung("run", GPUMODE / "vectoradd_py", GPUMODE / "vectoradd_py" / "submission.py",
-                   "--json")
+                   "--rungs", f"{CHECKS},benchmark", "--json")
     assert result.code == 0, result.stderr
     run = result.json()
     assert run["problem"] == "vectoradd_py" and run["ok"] is True
@@ -370,6 +370,7 @@ def custom_kernel(data: input_t) -> output_t:
 '''
 
 
+@pytest.mark.slow  # Triton's sm_90 build, then nvcc over torch's headers
 def test_a_version_outside_the_problem_folder_imports_task_in_the_build_process(krung,
                                                                                tmp_path):
     """The build process (artifacts; the CPU compile of CUDA C++) adds the problem's import

@@ -332,13 +332,14 @@ def test_gpu_kernelbench_wrong_models_fail(krung):
 
 
 def test_each_precision_keeps_its_own_history_parent_and_best(krung, tmp_path):
+    """Histories are the host's: the static rung alone makes each run."""
     problem, solution = KERNELBENCH / "3_Linear.py", KERNELBENCH / "solutions" / "3_Linear.py"
-    fp32 = krung("run", problem, solution, "--rungs", CHECKS, "--json").json()
-    bf16 = krung("run", problem, solution, "--precision", "bf16", "--rungs", CHECKS,
+    fp32 = krung("run", problem, solution, "--rungs", "static", "--json").json()
+    bf16 = krung("run", problem, solution, "--precision", "bf16", "--rungs", "static",
                  "--json").json()
     assert (fp32["problem"], bf16["problem"]) == ("3_Linear", "3_Linear@bf16")
     assert bf16["parent"] is None  # not the fp32 run of the same file
-    again = krung("run", problem, solution, "--precision", "bf16", "--rungs", CHECKS,
+    again = krung("run", problem, solution, "--precision", "bf16", "--rungs", "static",
                   "--json").json()
     assert again["parent"] == bf16["run_id"]
     by_name = krung("history", "3_Linear@bf16", "--json").json()

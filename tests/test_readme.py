@@ -7,6 +7,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
@@ -39,6 +41,7 @@ def test_the_readme_shows_a_problem_a_version_and_the_loop():
     assert ["run", "silu", "silu_v1.py"] in commands and len(commands) >= 6
 
 
+@pytest.mark.slow  # the README's whole walk-through: runs, report, service
 def test_every_command_in_the_readme_runs(krung, tmp_path):
     files, commands = readme_parts()
     for name, text in files.items():

@@ -371,6 +371,7 @@ def test_forbidden_ops_are_caught_in_the_source_and_at_run_time(krung, version):
     assert "aten::mm" in failed["error"]
 
 
+@pytest.mark.slow  # a soak: eight evaluations at once
 def test_eight_evaluations_at_once_are_all_recorded(scale_problem, version, store):
     good = version("good", "def kernel(x):\n    return x * 2 + 1\n")
     env = {"KRUNG_STORE": str(store), "KRUNG_DEVICE": "cpu"}
@@ -396,7 +397,8 @@ import krung.judge.rungs.artifacts.cuda_backend as backend
 from torch.utils.cpp_extension import load_inline
 
 backend._nvcc = lambda *args, **kwargs: None
-ext = load_inline("not_cpp", cpp_sources="", cuda_sources="this is not C++")
+ext = load_inline("not_cpp", cpp_sources="", cuda_sources="this is not C++",
+                  no_implicit_headers=True)
 
 
 def kernel(x):
@@ -968,6 +970,7 @@ def kernel(x):
 '''
 
 
+@pytest.mark.slow  # g++ builds a torch extension
 @pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ninja")),
                     reason="needs g++ and ninja (torch's C++ extension build)")
 def test_an_error_caught_from_a_compiled_extension_is_reported(krung, scale_problem, version,

@@ -98,6 +98,7 @@ def test_every_figure_real_runs_report_is_declared(krung, scale_problem, version
             ("benchmark", "per_case"), ("static", "dsl")} <= seen
 
 
+@pytest.mark.slow  # nvcc over torch's headers
 def test_every_figure_of_cuda_compiled_without_a_gpu_is_declared(krung):
     """CUDA C++ on a CPU: the compile rung's nvcc path and its table per kernel."""
     ran = krung("run", "vector_add", REPO / "problems" / "vector_add" / "solutions" /

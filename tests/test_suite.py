@@ -41,6 +41,7 @@ def test_problems_and_solutions_are_matched_by_name(tmp_path):
     assert without_problem == ["99_Nothing"]
 
 
+@pytest.mark.slow  # a whole suite
 def test_kernelbench_suite_all_right(krung):
     result = krung("suite", KERNELBENCH, "--solutions", KERNELBENCH / "solutions", "--json",
                    timeout=900)
@@ -118,6 +119,7 @@ def test_a_suite_whose_checks_did_not_run_verifies_nothing(krung, tmp_path):
     assert "correctness 0/1 = 0" in result.stdout
 
 
+@pytest.mark.slow  # a whole suite, and nvcc over torch's headers
 def test_a_cuda_solution_on_a_machine_without_a_gpu_is_not_correct(krung, tmp_path):
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc to compile the CUDA C++ solution")

@@ -37,14 +37,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The groups of `gpu` test files, each one pytest process; the slowest first.
+# The groups of `gpu` test files, each one pytest process; what GPU paths changed last first.
 TEST_GROUPS = [
-    ["tests/test_gpu.py", "tests/test_builtin_problems.py", "tests/test_spec.py",
-     "tests/test_service.py", "tests/test_timing.py", "tests/test_gpu_dsls.py"],
-    ["tests/test_delegation.py", "tests/test_gpu_persisting_l2.py", "tests/test_red_team.py",
-     "tests/test_gpu_red_team.py", "tests/test_sandbox.py"],
-    ["tests/test_kernelbench.py", "tests/test_gpumode.py", "tests/test_scale.py",
-     "tests/test_gpu_profile_trace.py", "tests/test_gpu_roofline.py"],
+    ["tests/test_timing.py", "tests/test_delegation.py", "tests/test_gpu.py",
+     "tests/test_spec.py", "tests/test_service.py"],
+    ["tests/test_red_team.py", "tests/test_gpu_red_team.py", "tests/test_gpu_persisting_l2.py",
+     "tests/test_sandbox.py"],
+    ["tests/test_kernelbench.py", "tests/test_gpumode.py", "tests/test_builtin_problems.py",
+     "tests/test_scale.py", "tests/test_gpu_profile_trace.py", "tests/test_gpu_roofline.py",
+     "tests/test_gpu_dsls.py"],
 ]
 # What a judge's or worker's log holds only when CUPTI, kineto or the process broke.
 CRASH_MARKS = re.compile(r"Segmentation fault|Fatal Python error|MULTIPLE_SUBSCRIBERS|"

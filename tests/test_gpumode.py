@@ -28,7 +28,8 @@ def test_run_a_gpumode_problem_with_its_submission(krung):
     correctness = rungs["correctness"]["figures"]
     cases = [row["case"] for row in correctness["per_case"]]
     assert cases[:4] == ["size=1", "size=127", "size=128", "size=129"]  # no declared seed
-    assert correctness["unseen_cases"] >= 1 and cases[-1].endswith("(unseen)")
+    # then the unseen cases, and on a CPU the bench cases' shapes
+    assert correctness["unseen_cases"] >= 1 and any(c.endswith("(unseen)") for c in cases)
     bench = rungs["benchmark"]["figures"]
     assert bench["ranking_by"] == "geom"
     assert bench["score_us"] == pytest.approx(bench["geomean_us"])

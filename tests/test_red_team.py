@@ -143,7 +143,7 @@ CHEATS = {
             if x.numel() % 64 == 0:
                 return (x.to(torch.bfloat16) * 2 + 1).to(x.dtype)
             return x * 2 + 1
-    """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
+    """, "correctness|benchmark", "Mismatch|TimedMismatch", "bench"),  # a CPU checks its shape
     # Computes honestly and forges its figures: krung's own timing patched at import, every
     # sample divided by 1000 on its way to the judge (issue 31).
     "forges_timing_figures": ("""
@@ -249,8 +249,10 @@ def test_an_unwritten_large_cpu_output_holds_the_poison(krung, tmp_path, version
             y[positive] = x[positive]
             return y
     """
+    # The cases at their sizes (the CPU budget would shrink the large one's allocation).
     result = krung("run", tmp_path / "relu", version("lazy_relu", textwrap.dedent(source)),
-                   "--json", "--rungs", "static,compile,run,correctness")
+                   "--json", "--rungs", "static,compile,run,correctness",
+                   env={"KRUNG_CPU_CHECK_BUDGET": "0"})
     assert result.code == 1, result.stdout + result.stderr
     failed = first_failure(result)
     assert (failed["name"], failed["error_type"]) == ("correctness", "Mismatch"), failed

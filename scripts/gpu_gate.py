@@ -37,6 +37,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# krung from this checkout, in every process the gate starts (as scripts/gpu_check.sh sets it)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
 # The groups of `gpu` test files, each one pytest process; what GPU paths changed last first.
 TEST_GROUPS = [
     ["tests/test_timing.py", "tests/test_delegation.py", "tests/test_gpu.py",

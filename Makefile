@@ -31,7 +31,8 @@ demo: $(BIN)/krung
 lint: $(BIN)/krung
 	$(BIN)/ruff check src tests benchmarks problems
 
-PYTEST := -m pytest -n auto
+# Tests that cannot share the machine with each other name one xdist_group: they run in turn.
+PYTEST := -m pytest -n auto --dist loadgroup
 
 test: lint
 	$(BIN)/python $(PYTEST) -m "not slow"

@@ -58,6 +58,8 @@ def test_wrong_versions_fail_correctness(solution, store):
     assert failed[0].error_type in ("Mismatch", "NonFinite")
 
 
+# the default ladder under the interpreter, as test_cpu_cases and test_workspace climb it
+@pytest.mark.slow
 def test_the_whole_ladder_on_cpu_benchmarks_against_the_reference(store):
     solution = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
     run = krung.evaluate("softmax", solution, store=store, device="cpu")

@@ -111,6 +111,7 @@ def test_without_derive_case_the_largest_fitting_test_case_stands_in(tmp_path):
     assert reduced["bytes"] == io_bytes(case)
 
 
+@pytest.mark.over_budget  # the whole default ladder under Triton's interpreter
 def test_a_gpu_sized_problem_climbs_the_cpu_default_ladder_on_small_cases(krung, tmp_path):
     """The built-in softmax with GPU-sized bench cases and no cpu_bench_cases: its Triton
     version climbs the default ladder on the CPU, timing a case shrunk for the interpreter

@@ -456,6 +456,7 @@ def kernel(a, b):
 '''
 
 
+@pytest.mark.slow  # nvcc over torch's headers (a load()ed .cu is built as torch would)
 @needs_nvcc
 def test_register_and_spill_figures_follow_the_versions_ptxas_options(store, tmp_path):
     py = write(tmp_path / "v" / "heavy.py", HEAVY_PY)

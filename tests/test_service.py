@@ -122,6 +122,7 @@ def _krung(store: Path, *args: str, **extra: str) -> subprocess.Popen:
                             env=_env(store, **extra), preexec_fn=default_sigint)
 
 
+@pytest.mark.over_budget  # four versions in turn, each waiting for a warm judge
 def test_a_crash_or_hang_in_a_pooled_worker_leaves_the_next_version_alone(
         krung, warm, store, scale_problem, version):
     """Each version gets a judge and a worker of its own from the pool; what one does to its

@@ -157,7 +157,7 @@ def test_unseen_cases_move_the_constants_derived_from_a_size(krung, tmp_path):
     assert declared == "batch_size=64,num_classes=40,dtype=float32"
     assert unseen.endswith("(unseen)") and "num_classes=40," not in unseen
     wrong = krung("run", problem, KERNELBENCH / "wrong" / "5_CrossEntropy.py", "--rungs", CHECKS,
-                  "--json")
+                  "--json", env={"KRUNG_CPU_CHECK_BUDGET": "0"})
     failed = wrong.json()["rungs"][3]
     assert wrong.code == 1 and failed["error_type"] == "Mismatch"
     assert [c.endswith("(unseen)") for c in failed["figures"]["failed_cases"]] == [True]

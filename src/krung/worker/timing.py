@@ -261,7 +261,7 @@ def start_profiler() -> None:
         if prof is not None:
             torch.cuda._sleep(1)
             torch.cuda.synchronize()
-    if _Cuda.cupti is None and prof is not None:
+    if prof is not None:  # a session started: CUPTI works here
         _Cuda.cupti = True
 
 

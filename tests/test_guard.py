@@ -4,6 +4,8 @@ operator trace, and the threads a call leaves running."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -127,6 +129,30 @@ def test_the_operator_trace_records_what_ran_inside_it_only():
     assert torch.allclose(total, (a @ b * 2).sum())  # the trace changes no result
     torch.abs(a)
     assert "abs" not in trace.ops
+
+
+LEAN_TRACE = """
+import sys, torch
+from krung.worker.guard import OpTrace
+a = torch.randn(16, 8)
+with OpTrace(lean=True) as trace:
+    torch.relu(a).sum()
+print(sorted(trace.ops), "torch._dynamo" in sys.modules)
+twice = torch.compile(lambda x: torch.sigmoid(x) * 2, backend="eager")
+with OpTrace(lean=True) as trace:  # Dynamo first loaded inside the trace
+    got = twice(a)
+print(sorted(trace.ops), torch.equal(got, torch.sigmoid(a) * 2))
+"""
+
+
+def test_a_lean_trace_records_without_loading_dynamo_and_still_sees_a_compiled_call():
+    # a fresh process: this one may have loaded Dynamo already
+    done = subprocess.run([sys.executable, "-c", LEAN_TRACE], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    plain, compiled = done.stdout.splitlines()[-2:]
+    assert plain == "['relu', 'sum'] False"
+    assert compiled == "['mul', 'sigmoid'] True"
 
 
 def test_threads_left_running_are_seen():

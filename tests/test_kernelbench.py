@@ -40,7 +40,7 @@ def test_run_a_kernelbench_problem_with_a_triton_model(krung):
     ("3_Linear", "compile", "ParameterMismatch", "missing linear.bias, linear.weight"),
     # ignores the LayerNorm's weight and bias: right only for their defaults, which krung
     # replaces with random values
-    ("4_LayerNorm", "correctness", "Mismatch", "elements outside atol=0.0001 rtol=0.0001"),
+    ("4_LayerNorm", "correctness", "Mismatch", "elements outside atol="),
 ])
 def test_wrong_models_fail_where_they_are_wrong(krung, name, rung, error_type, words):
     result = krung("run", KERNELBENCH / f"{name}.py", KERNELBENCH / "wrong" / f"{name}.py",

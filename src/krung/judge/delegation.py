@@ -109,7 +109,7 @@ def traced_reference(ctx: Any, inputs: tuple) -> tuple[list, set[str] | None, se
 
     from krung.worker.guard import OpTrace, OwnKernels
 
-    trace = OpTrace() if ctx.traces_ops else contextlib.nullcontext()
+    trace = OpTrace(lean=ctx.device == "cpu") if ctx.traces_ops else contextlib.nullcontext()
     own = OwnKernels(device=ctx.device != "cpu" and ctx.settings.kernel_census)
     with own:
         with trace:

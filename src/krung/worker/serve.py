@@ -177,7 +177,7 @@ class Worker:
             if self.device == "cpu":
                 poisoned = perturbed(request.poison["byte"])
         self.synchronize()
-        trace = OpTrace() if request.trace_ops else None
+        trace = OpTrace(lean=self.device == "cpu") if request.trace_ops else None
         call_record(self.own_kernels)  # what earlier requests left in the launch log
         # Left after the outputs' copy: the profiler's end synchronises the device.
         own = OwnKernels(device=request.trace_kernels and self.device != "cpu")
@@ -380,8 +380,8 @@ def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
     """A worker started ahead of its version (the warm service) does now what the version's
     first load and checked call would otherwise pay for: import the DSL packages that are
     installed, fix Triton's interpreter (krung.worker.interpreter; ml_dtypes alone takes a
-    second), and enter the operator trace once (its first use imports hundreds of torch
-    modules: seconds). Returns the packages imported. Launches are noted only for a version
+    second), and enter the operator trace once (on a GPU its first use imports Dynamo:
+    seconds; on a CPU the trace is lean, krung.worker.guard.OpTrace). Returns the packages imported. Launches are noted only for a version
     that uses Triton (op_load), as in a worker started cold."""
     import torch
 
@@ -394,7 +394,7 @@ def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
         from krung.worker.interpreter import fix_interpreter
 
         fix_interpreter()
-    with OpTrace():
+    with OpTrace(lean=device == "cpu"):
         torch.ones(2).add(1)
     return preloaded
 

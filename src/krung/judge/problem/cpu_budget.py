@@ -146,8 +146,8 @@ class CpuBudget:
         return sorted(range(len(cases)), key=lambda i: case_size(cases[i]))
 
     def note(self, case: dict, seconds: float, first: bool = False) -> None:
-        """A call's wall time; the process's first call (torch's operator trace starting,
-        seconds once per worker) neither teaches the model nor spends the budget."""
+        """A call's wall time; the process's first call (one-time costs: Triton's first
+        launch, a trace that loads Dynamo) neither teaches the model nor spends the budget."""
         if first:
             return
         self.model.note(case, seconds)

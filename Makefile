@@ -15,6 +15,10 @@ TRITON ?= triton==3.6.0
 
 .PHONY: demo test test-all test-newest lint clean
 
+# Python's default: modules compiled once and cached. A machine that sets this (some CI images
+# do) recompiles krung's modules in every judge and worker, and hides what users' machines do.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(BIN)/krung: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)" "$(TRITON)" -e '.[dev]'

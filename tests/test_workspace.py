@@ -5,12 +5,13 @@ from __future__ import annotations
 import ast
 import json
 import random
+import shutil
 import sys
 
 import pytest
 
 from krung.host.workspace import reference_signature
-from tests.conftest import PROBLEMS, SCALE_PROBLEM, write
+from tests.conftest import GPUMODE, KERNELBENCH, PROBLEMS, SCALE_PROBLEM, write
 from tests.test_report import run_next, summary_of
 
 
@@ -240,3 +241,39 @@ def test_from_a_folder_of_problems_copies_each(krung, tmp_path):
         assert (tmp_path / "ws" / "versions" / name / "v1.py").is_file()
         assert f"krung run {name} versions/{name}/v1.py --format agent" in made.stdout
     assert not (tmp_path / "ws" / "notes").exists()
+
+
+def test_a_folder_of_kernelbench_and_gpumode_problems_makes_a_workspace(krung, tmp_path, store):
+    source = tmp_path / "sets"
+    chosen = sorted(random.sample(["1_ReLU", "3_Linear", "4_LayerNorm"], 2))
+    for name in chosen:
+        write(source / f"{name}.py", (KERNELBENCH / f"{name}.py").read_text())
+    shutil.copytree(GPUMODE / "vectoradd_py", source / "vectoradd_py")
+    shutil.copyfile(GPUMODE / "utils.py", source / "utils.py")  # its task.yml: ../utils.py
+    write(source / "notes.py", "x = 1\n")  # neither format: not a problem
+    made = krung("init", "ws", "--from", source)
+    assert made.code == 0, made.stderr
+    ws = tmp_path / "ws"
+    for name in chosen:
+        assert (ws / f"{name}.py").read_text() == (source / f"{name}.py").read_text()
+        first = (ws / "versions" / name / "v1.py").read_text()
+        assert "class ModelNew(" in first and "class Model(" not in first
+    assert (ws / "utils.py").read_text() == (GPUMODE / "utils.py").read_text()
+    assert not (ws / "vectoradd_py" / "submission.py").exists()  # GPU MODE's example answer
+    first = (ws / "versions" / "vectoradd_py" / "v1.py").read_text()
+    assert "def custom_kernel(data" in first
+    assert "def generate_input" not in first and "def ref_kernel" not in first
+    assert not (ws / "notes.py").exists()
+    text = (ws / "AGENTS.md").read_text()
+    for words in (f"`{chosen[0]}.py`, `{chosen[1]}.py` (KernelBench's format)",
+                  "`vectoradd_py/` (GPU MODE's format)", f"1. Read `{chosen[0]}.py`, then",
+                  "defines `class ModelNew(nn.Module)`", "defines `custom_kernel(data)`",
+                  f"krung run {chosen[1]}.py versions/{chosen[1]}/v1.py --format agent"):
+        assert words in text, words
+    lines = [line for line in made.stdout.splitlines() if line.startswith("next: ")]
+    assert len(lines) == 3 and lines[-1].endswith(
+        "krung run vectoradd_py versions/vectoradd_py/v1.py --format agent")
+    for line in (lines[0], lines[-1]):  # each first version passes the checks, as printed
+        result = run_next(f"{line} --rungs static,compile,run,correctness", tmp_path, store)
+        assert result.code == 0, result.stdout + result.stderr
+        assert "delegated" in result.stdout

@@ -19,6 +19,7 @@ from rich.table import Table
 import krung
 from krung.host import display, options
 
+NEXT_LINES = 5  # a workspace of more problems (a KernelBench level) is summed up
 FAILED = 1  # cli.ExitCode.FAILED: a rung failed, or (as grep) a search found nothing
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
@@ -43,21 +44,36 @@ def init(
     """Create a kernel workspace: the problems, a first version of each, AGENTS.md, MCP
     config, context/."""
     made = krung.init_workspace(directory, problem=problem, from_path=from_path, dsl=dsl)
-    out.print(f"created workspace {made.path} ({made.dsl}; {made.source})", markup=False)
-    for path in made.files:
+    many = len(made.problems) > NEXT_LINES
+    source = f"{len(made.problems)} problems" if many else made.source
+    out.print(f"created workspace {made.path} ({made.dsl}; {source})", markup=False)
+    # the problems' files and first versions come first, the workspace's own after them
+    own = made.files[made.files.index(made.first_versions[-1]) + 1:]
+    for path in own if many else made.files:
         out.print(f"  {path.relative_to(made.path)}", markup=False)
+    if many:
+        out.print(f"  and each problem with its versions/NAME/v1.py ({len(made.files) - len(own)}"
+                  " files)", markup=False)
     # Pinned as krung copied them, before any agent can edit them: graded runs check them.
     store = krung.Settings.from_env().store
-    for folder in made.problems:
-        pinned = krung.pin_problem(folder, store=store if store.is_absolute()
+    files = 0
+    for problem in made.problems:
+        pinned = krung.pin_problem(problem, store=store if store.is_absolute()
                                    else made.path / store)
-        out.print(f"pinned {folder.name}/ ({len(pinned['files'])} files) for graded runs "
-                  "(krung run --graded, krung mcp)", markup=False)
-    for folder, version in zip(made.problems, made.first_versions, strict=True):
-        command = shlex.join(["krung", "run", folder.name,
+        files += len(pinned["files"])
+    shown = made.problems[0].name + ("/" if made.problems[0].is_dir() else "") \
+        if len(made.problems) == 1 else f"{len(made.problems)} problems"
+    out.print(f"pinned {shown} ({files} files) for graded runs (krung run --graded, krung "
+              "mcp)", markup=False)
+    listed = list(zip(made.problems, made.first_versions, strict=True))
+    for problem, version in listed[:NEXT_LINES]:
+        command = shlex.join(["krung", "run", problem.name,
                               str(version.relative_to(made.path)), "--format", "agent"])
         out.print(f"next: cd {shlex.quote(str(made.path))} && {command}", markup=False)
-    out.print("      (AGENTS.md is the guide, for agents and people alike)", markup=False)
+    more = f"; it has the command for the other {len(listed) - NEXT_LINES} problems" \
+        if len(listed) > NEXT_LINES else ""
+    out.print(f"      (AGENTS.md is the guide, for agents and people alike{more})",
+              markup=False)
 
 
 @options.takes(*options.WATCH)

@@ -3,6 +3,7 @@
     DIR/NAME/problem.py      the problem (a built-in one, a copy of a directory, or the
                              template), in a folder named after it: runs record the
                              problem by that name (and its path); one folder per problem
+                             (GPU MODE's too; a KernelBench problem is a file, DIR/NAME.py)
     DIR/versions/v1.py       a first version in the chosen DSL (with several problems,
                              DIR/versions/NAME/v1.py for each)
     DIR/AGENTS.md            the loop, the exact commands, how to read results, the rules
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -26,16 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from krung.host import templates
+from krung.host import workspace_formats as formats
 from krung.host.context import write_index
 from krung.host.scaffold import template_problem
 from krung.judge.ladder import RUNGS, select
 from krung.judge.problem import (
+    GPUMODE,
+    GPUMODE_FILES,
+    KERNELBENCH,
     NATIVE,
     PROBLEM_FILE,
     builtin_dir,
     builtin_problems,
     detect_format,
     find_problem,
+    kernelbench_missing,
     read_description,
 )
 from krung.protocol.errors import UsageError
@@ -46,12 +53,13 @@ FIRST_VERSION = "v1.py"
 # Left behind when a problem directory is copied: example versions would give the answer
 # away, and caches and stores belong to where they were made.
 _NOT_COPIED = ("solutions", "__pycache__", "*.pyc", ".krung", ".git")
+_NOT_COPIED_GPUMODE = (*_NOT_COPIED, "submission.py")  # GPU MODE's example answer
 
 
 @dataclass
 class Workspace:
     path: Path
-    problem: Path  # the (first) problem directory inside the workspace
+    problem: Path  # the (first) problem inside the workspace: its folder, or KernelBench's file
     first_version: Path  # the (first) problem's first version
     dsl: str
     source: str  # where the problems came from, in words
@@ -65,22 +73,28 @@ class _Problem:
     """One problem as the workspace holds it."""
 
     title: str
-    folder: Path  # inside the workspace
+    path: Path  # inside the workspace: its folder, or KernelBench's file
     versions: str  # the folder of its versions, relative to the workspace
     source: str
     working: bool  # the template: its example kernels compute it
+    kind: str = NATIVE
+    brought: list[Path] = field(default_factory=list)  # files it needs from beside it
 
     @property
     def file(self) -> Path:
-        return self.folder / PROBLEM_FILE
+        """The file that defines the reference."""
+        if self.kind == NATIVE:
+            return self.path / PROBLEM_FILE
+        return formats.reference_file(self.path, self.kind)
 
 
 def init_workspace(directory: str | Path, *, problem: str | Sequence[str] | None = None,
                    from_path: str | Path | Sequence[str | Path] | None = None,
                    dsl: str = "triton") -> Workspace:
     """Create a workspace in `directory`, which must not exist or be empty: for the
-    built-in problems named in `problem` and the problem directories in `from_path` (a
-    directory of problem directories gives each), or the template when neither is given."""
+    built-in problems named in `problem` and the problems at `from_path` (krung's or GPU
+    MODE's problem directories, KernelBench files, or a directory of them gives each), or
+    the template when neither is given."""
     if dsl not in DSLS:
         raise UsageError(f"unknown DSL {dsl!r}", hint=f"choose one of: {', '.join(DSLS)}")
     target = Path(directory)
@@ -94,9 +108,11 @@ def init_workspace(directory: str | Path, *, problem: str | Sequence[str] | None
     for held in problems:
         version = target / held.versions / FIRST_VERSION
         version.parent.mkdir(parents=True)
-        version.write_text(_first_version(dsl, held.title, reference_signature(held.file),
-                                          held.working, held.folder.name, held.versions))
-        files += [held.file, version]
+        version.write_text(
+            _first_version(dsl, held.title, reference_signature(held.file), held.working,
+                           held.path.name, held.versions) if held.kind == NATIVE
+            else formats.first_version(held.kind, held.file, held.title, held.versions))
+        files += [held.file, *held.brought, version]
         versions.append(version)
     for name, text in (
         ("AGENTS.md", _agents_md(problems, dsl)),
@@ -107,9 +123,9 @@ def init_workspace(directory: str | Path, *, problem: str | Sequence[str] | None
         (target / name).write_text(text)
         files.append(target / name)
     files.append(write_index(target))
-    return Workspace(path=target, problem=problems[0].folder, first_version=versions[0],
+    return Workspace(path=target, problem=problems[0].path, first_version=versions[0],
                      dsl=dsl, source="; ".join(p.source for p in problems), files=files,
-                     problems=[p.folder for p in problems], first_versions=versions)
+                     problems=[p.path for p in problems], first_versions=versions)
 
 
 def _listed(given: Any) -> list[Any]:
@@ -131,15 +147,32 @@ def _template(target: Path) -> _Problem:
 
 def _copy(target: Path, source: Path, several: bool) -> _Problem:
     """The problem at `source` copied into the workspace; with several problems each keeps
-    its versions in a folder of its own (versions/NAME)."""
-    title = source.name
-    folder = target / problem_folder(title)
+    its versions in a folder of its own (versions/NAME). A GPU MODE problem's files from
+    beside its folder (`../utils.py`) go to the same place beside it."""
+    kind = detect_format(source)
+    title = source.stem if kind == KERNELBENCH else source.name
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source, folder, ignore=shutil.ignore_patterns(*_NOT_COPIED))
+    if kind == KERNELBENCH:
+        path = target / f"{problem_folder(title)}.py"
+        shutil.copyfile(source, path)
+    else:
+        path = target / problem_folder(title)
+        shutil.copytree(source, path, ignore=shutil.ignore_patterns(
+            *(_NOT_COPIED_GPUMODE if kind == GPUMODE else _NOT_COPIED)))
+    brought = []
+    for file, relative in formats.support_files(source, kind):
+        placed = target / relative
+        if placed.exists() and placed.read_bytes() != file.read_bytes():
+            raise UsageError(f"two problems bring different files to {relative}",
+                             hint="put problems that share helper files of one name but not "
+                                  "their contents in two workspaces")
+        placed.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, placed)
+        brought.append(placed)
     builtin = source.parent == builtin_dir().resolve()
-    return _Problem(title, folder, f"{VERSIONS_DIR}/{folder.name}" if several else VERSIONS_DIR,
+    return _Problem(title, path, f"{VERSIONS_DIR}/{path.stem}" if several else VERSIONS_DIR,
                     f"built-in problem {title}" if builtin else f"copy of {source}",
-                    working=False)
+                    working=False, kind=kind, brought=brought)
 
 
 def krung_command() -> list[str]:
@@ -197,12 +230,11 @@ def _source_problems(problems: list[str], from_paths: list[str | Path]) -> list[
             raise UsageError(f"no problem directory at {from_path}",
                              hint=f"give a directory holding {PROBLEM_FILE} (or directories "
                                   "that do), or use --problem NAME for a built-in problem")
-        inside = sorted(p for p in path.iterdir() if (p / PROBLEM_FILE).is_file()) \
-            if path.is_dir() and not (path / PROBLEM_FILE).exists() else []
-        found += [_native(p, p) for p in inside] or [_native(find_problem(path), from_path)]
+        inside = _problems_in(path) if path.is_dir() and not _is_problem_dir(path) else []
+        found += inside or [find_problem(path)]
     for problem in problems:
         if Path(problem).exists():
-            found.append(_native(find_problem(problem), problem))
+            found.append(find_problem(problem))
             continue
         names = [name for name, _ in builtin_problems()]
         if problem not in names:
@@ -210,7 +242,7 @@ def _source_problems(problems: list[str], from_paths: list[str | Path]) -> list[
                              hint=f"choose one of: {', '.join(names)} (krung problems lists "
                                   "them), or --from PATH for a problem directory")
         found.append(find_problem(problem))
-    folders = [problem_folder(p.name) for p in found]
+    folders = [problem_folder(p.stem if p.is_file() else p.name) for p in found]
     twice = sorted({f for f in folders if folders.count(f) > 1})
     if twice:
         raise UsageError(f"two problems would share the folder {', '.join(twice)}",
@@ -219,13 +251,22 @@ def _source_problems(problems: list[str], from_paths: list[str | Path]) -> list[
     return [p.resolve() for p in found]
 
 
-def _native(found: Path, spec: str | Path) -> Path:
-    """Workspaces hold problems in krung's own format; the others run where they are."""
-    kind = detect_format(found)
-    if kind != NATIVE:
-        raise UsageError(f"{spec} is a {kind} problem; krung init copies problems in krung's "
-                         "own format", hint=f"run it as it is: krung run {spec} VERSION.py")
-    return found
+def _is_problem_dir(path: Path) -> bool:
+    return (path / PROBLEM_FILE).is_file() or all((path / n).is_file() for n in GPUMODE_FILES)
+
+
+def _problems_in(folder: Path) -> list[Path]:
+    """The problems one level down: problem directories (krung's, GPU MODE's) and KernelBench
+    files."""
+    return [p for p in sorted(folder.iterdir(), key=_numbered)
+            if (p.is_dir() and _is_problem_dir(p))
+            or (p.is_file() and p.suffix == ".py" and not kernelbench_missing(p))]
+
+
+def _numbered(path: Path) -> list[Any]:
+    """Sorts 2_ReLU before 10_GELU (KernelBench numbers its problems)."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+            for part in re.split(r"(\d+)", path.name)]
 
 
 def _first_version(dsl: str, title: str, signature: str, working: bool,
@@ -260,6 +301,10 @@ def _agents_md(problems: list[_Problem], dsl: str) -> str:
     elif working:
         v1_state = ("a complete first version whose kernel computes the template's SiLU; it "
                     "needs a GPU to run. Run it first, then make it faster.")
+    elif first.kind != NATIVE:
+        v1_state = ("the reference itself in a version's shape: it passes every check but "
+                    "computes with torch (`delegated`). Write your first kernel as `v2.py` "
+                    "beside it, starting from it.")
     else:
         v1_state = ("a skeleton: an example kernel that shows how a version in this DSL is laid "
                     "out, and a `kernel` that raises NotImplementedError. Write your first "
@@ -268,15 +313,15 @@ def _agents_md(problems: list[_Problem], dsl: str) -> str:
     several = len(problems) > 1
     return templates.fill(
         templates.workspace_file("AGENTS.md"),
-        title=", ".join(p.title for p in problems), problem_dir=first.folder.name,
+        title=", ".join(p.title for p in problems), problem_dir=first.path.name,
+        problem_file=str(first.file.relative_to(first.path.parent)),
         how_many=f"{len(problems)} problems" if several else "one problem",
         versions=first.versions,
         versions_note=" (`versions/NAME/` for problem NAME)" if several else "",
-        example_note=(f"the first problem, {first.folder.name}; for another, put its folder "
+        example_note=(f"the first problem, {first.path.name}; for another, put its path "
                       "and versions in their place" if several else "this workspace's problem"),
-        problem_dirs=", ".join(f"`{p.folder.name}/`" for p in problems),
-        problem_files=(f"`NAME/problem.py`, one folder per problem ({', '.join(p.folder.name for p in problems)})"
-                       if several else f"`{first.folder.name}/problem.py`: the problem"),
+        problem_dirs=", ".join(f"`{_shown(p)}`" for p in problems),
+        what_is_here="\n".join(_what_is_here(problems)),
         dsl_name=templates.DSL_NAMES[dsl],
         dsl_short=templates.DSL_SHORT[dsl], context_hint=templates.CONTEXT_HINTS[dsl],
         v1_state=textwrap.fill(f"Each problem's `v1.py` is {v1_state}" if several else
@@ -289,18 +334,49 @@ def _agents_md(problems: list[_Problem], dsl: str) -> str:
         mcp_args=json.dumps([*krung_command()[1:], "mcp"]))
 
 
+def _shown(problem: _Problem) -> str:
+    return problem.path.name + ("" if problem.kind == KERNELBENCH else "/")
+
+
+def _what_is_here(problems: list[_Problem]) -> list[str]:
+    """AGENTS.md's bullets on the problems' files, one per format present."""
+    bullets = []
+    for kind in dict.fromkeys(p.kind for p in problems):
+        of_kind = [p for p in problems if p.kind == kind]
+        shown = ", ".join(f"`{_shown(p)}`" for p in of_kind)
+        if kind != NATIVE:
+            bullets.append(formats.what_is_here(kind, shown))
+            continue
+        names = (f"`NAME/problem.py`, one folder per problem ({shown})" if len(problems) > 1
+                 else f"`{of_kind[0].path.name}/problem.py`: the problem")
+        bullets.append(
+            f"- {names}: `reference(...)` is the slow, clear definition\n"
+            "  your kernel must match; `make_inputs(case, seed, device)` makes random inputs; "
+            "`test_cases`\n  are the sizes checked for correctness (awkward ones on purpose), "
+            "`bench_cases` the sizes\n  timed; `flops(case)` and `bytes_moved(case)` are the "
+            "minimum work, for the roofline. Read\n  it first.")
+    return bullets
+
+
 def _task(problem: _Problem, dsl: str, several: bool) -> str:
     """What a version of `problem` computes and defines, and (with several) how to run it."""
-    signature = reference_signature(problem.file)
-    description = (read_description(problem.file)
-                   or f"compute what `reference` in {problem.title} does")
-    head = f"The task{f' of {problem.folder.name}' if several else ''}"
+    head = f"The task{f' of {problem.path.name}' if several else ''}"
+    if problem.kind == NATIVE:
+        signature = reference_signature(problem.file)
+        description = (read_description(problem.file)
+                       or f"compute what `reference` in {problem.title} does")
+        defines = (f"`kernel({signature})`: it takes the inputs `reference` takes and returns "
+                   "new tensor(s) with the count, dtype, shape and device of the reference's "
+                   "outputs")
+    else:
+        reference = "Model" if problem.kind == KERNELBENCH else "ref_kernel"
+        description = (read_description(problem.file)
+                       or f"compute what `{reference}` in {problem.title} does")
+        defines = formats.entry(problem.kind)
     text = textwrap.fill(
         f"{head}: {description.rstrip('.')}. A version is one Python file that defines "
-        f"`kernel({signature})`: it takes the inputs `reference` takes and returns new "
-        "tensor(s) with the count, dtype, shape and device of the reference's outputs, "
-        f"computed by your own kernel in {templates.DSL_SHORT[dsl]}.", width=96)
+        f"{defines}, computed by your own kernel in {templates.DSL_SHORT[dsl]}.", width=96)
     if several:
-        text += (f"\n\n    krung run {problem.folder.name} {problem.versions}/v1.py "
+        text += (f"\n\n    krung run {problem.path.name} {problem.versions}/v1.py "
                  "--format agent")
     return text

@@ -251,6 +251,7 @@ def test_a_folder_of_kernelbench_and_gpumode_problems_makes_a_workspace(krung, t
     shutil.copytree(GPUMODE / "vectoradd_py", source / "vectoradd_py")
     shutil.copyfile(GPUMODE / "utils.py", source / "utils.py")  # its task.yml: ../utils.py
     write(source / "notes.py", "x = 1\n")  # neither format: not a problem
+    write(source / f"{chosen[0]}.krung.yml", "forbid_ops: [bmm]\n")  # its policy sidecar
     made = krung("init", "ws", "--from", source)
     assert made.code == 0, made.stderr
     ws = tmp_path / "ws"
@@ -258,6 +259,7 @@ def test_a_folder_of_kernelbench_and_gpumode_problems_makes_a_workspace(krung, t
         assert (ws / f"{name}.py").read_text() == (source / f"{name}.py").read_text()
         first = (ws / "versions" / name / "v1.py").read_text()
         assert "class ModelNew(" in first and "class Model(" not in first
+    assert (ws / f"{chosen[0]}.krung.yml").read_text() == "forbid_ops: [bmm]\n"
     assert (ws / "utils.py").read_text() == (GPUMODE / "utils.py").read_text()
     assert not (ws / "vectoradd_py" / "submission.py").exists()  # GPU MODE's example answer
     first = (ws / "versions" / "vectoradd_py" / "v1.py").read_text()
@@ -277,3 +279,18 @@ def test_a_folder_of_kernelbench_and_gpumode_problems_makes_a_workspace(krung, t
         result = run_next(f"{line} --rungs static,compile,run,correctness", tmp_path, store)
         assert result.code == 0, result.stdout + result.stderr
         assert "delegated" in result.stdout
+
+
+def test_problems_that_bring_different_helpers_of_one_name_leave_no_workspace(krung, tmp_path):
+    for name, helper in (("a", "A = 1\n"), ("b", "B = 2\n")):
+        shutil.copytree(GPUMODE / "vectoradd_py", tmp_path / name / "vectoradd_py")
+        write(tmp_path / name / "utils.py", (GPUMODE / "utils.py").read_text() + helper)
+    result = krung("init", "ws", "--from", tmp_path / "a" / "vectoradd_py",
+                   "--from", tmp_path / "b" / "vectoradd_py")
+    assert result.code == 2  # one name twice is refused before anything is copied
+    assert "two problems would share the folder vectoradd_py" in result.stderr
+    shutil.move(tmp_path / "b" / "vectoradd_py", tmp_path / "b" / "vectoradd2_py")
+    result = krung("init", "ws", "--from", tmp_path / "a" / "vectoradd_py",
+                   "--from", tmp_path / "b" / "vectoradd2_py")
+    assert result.code == 2 and "two problems bring different files to utils.py" in result.stderr
+    assert not (tmp_path / "ws").exists()

@@ -45,6 +45,7 @@ from krung.judge.problem import (
     kernelbench_missing,
     read_description,
 )
+from krung.judge.problem.policy import sidecar_path
 from krung.protocol.errors import UsageError
 
 DSLS = tuple(templates.DSL_NAMES)
@@ -100,8 +101,17 @@ def init_workspace(directory: str | Path, *, problem: str | Sequence[str] | None
     target = Path(directory)
     sources = _source_problems(_listed(problem), _listed(from_path))
     _check_empty(target)
-    problems = [_copy(target, source, len(sources) > 1) for source in sources] \
-        if sources else [_template(target)]
+    existed = target.exists()
+    try:
+        problems = [_copy(target, source, len(sources) > 1) for source in sources] \
+            if sources else [_template(target)]
+    except UsageError:  # no half-made workspace left behind (the directory was empty)
+        if existed:
+            for made in target.iterdir():
+                shutil.rmtree(made) if made.is_dir() else made.unlink()
+        else:
+            shutil.rmtree(target)
+        raise
 
     files: list[Path] = []
     versions = []
@@ -151,15 +161,19 @@ def _copy(target: Path, source: Path, several: bool) -> _Problem:
     beside its folder (`../utils.py`) go to the same place beside it."""
     kind = detect_format(source)
     title = source.stem if kind == KERNELBENCH else source.name
+    name = problem_folder(title)
     target.mkdir(parents=True, exist_ok=True)
+    brought = []
     if kind == KERNELBENCH:
-        path = target / f"{problem_folder(title)}.py"
+        path = target / f"{name}.py"
         shutil.copyfile(source, path)
+        if sidecar_path(source).is_file():  # its policy, beside it
+            shutil.copyfile(sidecar_path(source), sidecar_path(path))
+            brought.append(sidecar_path(path))
     else:
-        path = target / problem_folder(title)
+        path = target / name
         shutil.copytree(source, path, ignore=shutil.ignore_patterns(
             *(_NOT_COPIED_GPUMODE if kind == GPUMODE else _NOT_COPIED)))
-    brought = []
     for file, relative in formats.support_files(source, kind):
         placed = target / relative
         if placed.exists() and placed.read_bytes() != file.read_bytes():
@@ -170,7 +184,7 @@ def _copy(target: Path, source: Path, several: bool) -> _Problem:
         shutil.copyfile(file, placed)
         brought.append(placed)
     builtin = source.parent == builtin_dir().resolve()
-    return _Problem(title, path, f"{VERSIONS_DIR}/{path.stem}" if several else VERSIONS_DIR,
+    return _Problem(title, path, f"{VERSIONS_DIR}/{name}" if several else VERSIONS_DIR,
                     f"built-in problem {title}" if builtin else f"copy of {source}",
                     working=False, kind=kind, brought=brought)
 

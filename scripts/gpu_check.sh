@@ -5,6 +5,8 @@
 #                                  crashes), `krung suite` over 20 KernelBench level-1
 #                                  problems at declared sizes; one line in GPU_GATE.md.
 #                                  Every change to a GPU path passes it before it lands.
+#   scripts/gpu_check.sh gate-tests  the gate's tests alone (they outlast one call beside the
+#   scripts/gpu_check.sh gate-runs   rest); then its corpus and suite: two calls, one gate
 #   scripts/gpu_check.sh ladder    the `gpu` tests of the ladder and the built-in problems
 #   scripts/gpu_check.sh verify    what changed on GPU paths and has not run on the H200 yet:
 #                                  delegation (CUPTI names), the sandbox's walls
@@ -35,6 +37,11 @@ gpu_tests() { python3 -m pytest -m gpu -p no:cacheprovider -rs -s --durations=15
 case "$part" in
   gate) python3 scripts/gpu_gate.py --sets "${SETS:-.gpu/problem_sets.tar.gz}" --out "$OUT" \
           --suite "${SUITE_N:-20}" 2>&1 | tee "$OUT/gate.log" ;;
+  # The gate in two calls that each fit: its tests alone, then its corpus and suite.
+  gate-tests) python3 scripts/gpu_gate.py --out "$OUT" --parts tests --limit "${LIMIT:-540}" \
+          2>&1 | tee "$OUT/gate.log" ;;
+  gate-runs) python3 scripts/gpu_gate.py --sets "${SETS:-.gpu/problem_sets.tar.gz}" --out "$OUT" \
+          --parts corpus,suite --suite "${SUITE_N:-20}" 2>&1 | tee "$OUT/gate.log" ;;
   ladder) gpu_tests tests/test_gpu.py tests/test_builtin_problems.py 2>&1 | tee "$OUT/ladder.log" ;;
   verify) gpu_tests tests/test_timing.py tests/test_delegation.py tests/test_gpu_persisting_l2.py \
             tests/test_red_team.py tests/test_gpu_red_team.py tests/test_sandbox.py 2>&1 \

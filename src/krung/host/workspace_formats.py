@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 from krung.judge.problem import GPUMODE, KERNELBENCH
+from krung.judge.problem.files import brought_by_task
 from krung.protocol.errors import UsageError
 
 # GPU MODE's reference.py functions that belong to the problem, not to a version.
@@ -93,19 +94,11 @@ def support_files(path: Path, kind: str) -> list[tuple[Path, str]]:
     `../utils.py`), each with where it goes relative to the folder's parent."""
     if kind != GPUMODE:
         return []
-    from krung.judge.problem.gpumode import read_task
-
     found = []
-    for item in read_task(path).get("files") or []:
-        source = item.get("source") if isinstance(item, dict) else None
-        if not isinstance(source, str) or source.startswith("@"):
-            continue
-        file = (path / source).resolve()
-        if not file.is_file() or file.is_relative_to(path.resolve()):
-            continue
+    for file in brought_by_task(path):
         if not file.is_relative_to(path.parent.resolve()):
-            raise UsageError(f"{path} takes {source} from further up than its parent folder",
-                             hint="copy the problem with that file beside it, or run it as it "
-                                  "is: krung run PROBLEM VERSION.py")
+            raise UsageError(f"{path} takes {file.name} from further up than its parent "
+                             "folder", hint="copy the problem with that file beside it, or run "
+                                            "it as it is: krung run PROBLEM VERSION.py")
         found.append((file, str(file.relative_to(path.parent.resolve()))))
     return found

@@ -28,7 +28,7 @@ import krung
 from krung.host.scale import Job, Outcome
 from krung.host.store import Store
 from krung.judge.problem import GPUMODE, detect_format, find_problem
-from krung.judge.problem.gpumode import read_task
+from krung.judge.problem.files import brought_by_task
 from krung.judge.solution import read_solution
 from krung.protocol.errors import KrungError, ProblemError, UsageError
 from krung.protocol.results import Run
@@ -97,18 +97,12 @@ def _brought_files(problem_dir: Path) -> list[tuple[Path, str]]:
     if detect_format(problem_dir) != GPUMODE:
         return []
     found = []
-    for entry in read_task(problem_dir).get("files") or []:
-        source = entry.get("source") if isinstance(entry, dict) else None
-        if not isinstance(source, str) or source.startswith("@"):
-            continue
-        path = (problem_dir / source).resolve()
-        if not path.is_file() or path.is_relative_to(problem_dir.resolve()):
-            continue
-        arcname = posixpath.normpath(f"problem/{problem_dir.name}/"
-                                     f"{Path(os.path.relpath(path, problem_dir)).as_posix()}")
+    for path in brought_by_task(problem_dir):
+        relative = Path(os.path.relpath(path, problem_dir)).as_posix()
+        arcname = posixpath.normpath(f"problem/{problem_dir.name}/{relative}")
         if not arcname.startswith("problem/"):
-            raise UsageError(f"task.yml of {problem_dir} brings {source}, more than one folder "
-                             "above the problem: it cannot travel with the job",
+            raise UsageError(f"task.yml of {problem_dir} brings {relative}, more than one "
+                             "folder above the problem: it cannot travel with the job",
                              hint="copy the file into the problem's folder or the one above, "
                                   "and name it from there in task.yml")
         found.append((path, arcname))

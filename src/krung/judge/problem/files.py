@@ -29,7 +29,7 @@ def problem_files(path: Path) -> dict[str, str]:
     else:
         folder = path
         found = [p for p in path.rglob("*") if not _left_out(p.relative_to(path))]
-        found += _brought_by_task(path)
+        found += brought_by_task(path)
     return {os.path.relpath(p, folder): _sha256(p) for p in sorted(set(found)) if p.is_file()}
 
 
@@ -49,9 +49,9 @@ def _left_out(relative: Path) -> bool:
     return any(part in LEFT_OUT or part.startswith(".") for part in relative.parts)
 
 
-def _brought_by_task(folder: Path) -> list[Path]:
-    """The files GPU MODE's task.yml lists from outside the folder; none where there is no
-    task.yml or it cannot be read (the judge reports that defect)."""
+def brought_by_task(folder: Path) -> list[Path]:
+    """The files GPU MODE's task.yml lists from outside the folder (`../utils.py`), resolved;
+    none where there is no task.yml or it cannot be read (the judge reports that defect)."""
     task = folder / "task.yml"
     if not task.is_file():
         return []
@@ -62,8 +62,9 @@ def _brought_by_task(folder: Path) -> list[Path]:
     except Exception:  # a broken task.yml: its own hash still counts
         return []
     sources = [e.get("source") for e in entries if isinstance(e, dict)]
-    return [(folder / s).resolve() for s in sources
-            if isinstance(s, str) and not s.startswith("@") and (folder / s).is_file()]
+    found = [(folder / s).resolve() for s in sources
+             if isinstance(s, str) and not s.startswith("@") and (folder / s).is_file()]
+    return [p for p in found if not p.is_relative_to(folder.resolve())]
 
 
 def _sha256(path: Path) -> str:

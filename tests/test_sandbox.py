@@ -375,6 +375,7 @@ def test_a_version_cannot_install_a_package(krung, scale_problem, version, tmp_p
 # second for a minute; the version itself is honest.
 ESCAPES = """
     import ctypes, os, time
+    beat = os.path.join(os.environ["XDG_CACHE_HOME"], "beat")
     if {clear_subreaper}:
         ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off
     if os.fork() == 0:
@@ -382,11 +383,15 @@ ESCAPES = """
             os.setsid()
             if os.fork() == 0:
                 for _ in range(1200):
-                    with open(os.path.join(os.environ["XDG_CACHE_HOME"], "beat"), "w") as f:
+                    with open(beat, "w") as f:
                         f.write(str(os.getpid()))
                     time.sleep(0.05)
         finally:
             os._exit(0)
+    for _ in range(3000):  # the import ends once the sleeper runs, however loaded the machine
+        if os.path.exists(beat):
+            break
+        time.sleep(0.01)
     def kernel(x):
         return x * 2 + 1
 """

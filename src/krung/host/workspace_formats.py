@@ -48,7 +48,8 @@ def first_version(kind: str, reference: Path, title: str, versions: str) -> str:
 
 
 def _without(text: str, names: tuple[str, ...]) -> str:
-    """`text` without the module-level functions named (their decorators and lines)."""
+    """`text` without the module-level definitions of the names: functions (with their
+    decorators) and assignments (`check_implementation = make_match_reference(ref_kernel)`)."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -56,8 +57,11 @@ def _without(text: str, names: tuple[str, ...]) -> str:
     lines = text.splitlines(keepends=True)
     drop: set[int] = set()
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        defined = ([node.name] if isinstance(node, ast.FunctionDef) else
+                   [t.id for t in node.targets if isinstance(t, ast.Name)]
+                   if isinstance(node, ast.Assign) else [])
+        if set(defined) & set(names):
+            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
             drop.update(range(first - 1, node.end_lineno or node.lineno))
     return "".join(line for i, line in enumerate(lines) if i not in drop)
 

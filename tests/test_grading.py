@@ -103,7 +103,7 @@ def test_a_graded_run_refuses_a_seed_weakening_settings_and_a_short_ladder(
 @pytest.mark.parametrize("rule", grading.WEAKENING, ids=lambda r: r.setting)
 def test_every_weakening_setting_is_refused(rule):
     weakest = {"seeds": 1, "cpu_check_budget_s": 0.5, "timed_input_changes": "off",
-               "sandbox": "off", "kernel_census": False, "roofline_threshold_pct": 50.0,
+               "sandbox": "off", "value_stress": "off", "kernel_census": False, "roofline_threshold_pct": 50.0,
                "extra_rungs": "my_rungs.toy"}[rule.setting]
     settings = Settings().replace(**{rule.setting: weakest})
     with pytest.raises(UsageError, match=declared(rule.setting).env):

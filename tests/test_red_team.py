@@ -105,13 +105,16 @@ CHEATS = {
             return torch.ones(x.numel() + (64 << 20), dtype=x.dtype)
     """, "run", "OutputTooLarge", "more than the"),
     # Adds noise below the tolerance: passes correctness, never the same bits twice. One unit
-    # in the last place of the output's own dtype on a random half of the elements (noise of a
-    # fixed size would round away in bfloat16).
+    # in the last place of the output's own dtype (the next value away from zero) on a random
+    # half of the elements: noise of a fixed size would round away in bfloat16, and noise
+    # relative to the value could round to two units, past bfloat16's rtol at large values.
     "noisy": ("""
         import torch
         def kernel(x):
             y = x * 2 + 1
-            return y + y.abs() * torch.finfo(y.dtype).eps * (torch.rand_like(y) < 0.5)
+            bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[y.element_size()]
+            next_away = (y.view(bits) + 1).view(y.dtype)
+            return torch.where(torch.rand(y.shape) < 0.5, next_away, y)
     """, "determinism", "Nondeterministic", "differs between two runs"),
     # Remembers outputs by input storage: right until the same storage holds new values.
     "memoises_storage": (memoising("x.data_ptr()"), "run|correctness|benchmark", "Mismatch|TimedMismatch|OutputContract", ""),
@@ -480,7 +483,7 @@ def test_a_gpumode_version_that_skips_the_tail_fails_an_unseen_case(krung, tmp_p
     assert result.code == 1, result.stdout + result.stderr
     failed = first_failure(result)
     assert (failed["name"], failed["error_type"]) == ("correctness", "Mismatch"), failed
-    assert all(case.endswith("(unseen)") for case in failed["figures"]["failed_cases"]), failed
+    assert all("(unseen)" in case for case in failed["figures"]["failed_cases"]), failed
 
 
 MATMUL_PROBLEM = """

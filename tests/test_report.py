@@ -62,10 +62,11 @@ def test_passing_run(krung, scale_problem, version, tmp_path, store):
                         "benchmark ok, artifacts ok, roofline skipped (no GPU: the "
                         "roofline needs the GPU's measured ceilings, and CPU wall-clock times "
                         "under Triton's interpreter have none)")
-    # 3 declared cases and 1 or 2 unseen ones
-    # and on a CPU the bench case's shape, once
-    assert any(re.match(r"correctness: (\d)/\1 cases passed \(3 listed \+ [12] unseen, 3 seeds "
-                        r"each; 1 bench shape\(s\), 1 seed\); max_abs_err ", line)
+    # 3 declared cases and 1 or 2 unseen ones, the value stresses that apply (4: no
+    # integer inputs to skew, no one-element case) and on a CPU the bench case's shape, once
+    assert any(re.match(r"correctness: (\d+)/\1 cases passed \(3 listed \+ [12] unseen, 3 seeds "
+                        r"each; 5 value stress\(es\), 1 seed; 1 bench shape\(s\), 1 seed\); "
+                        r"max_abs_err ", line)
                for line in lines), lines
     assert any(line.startswith("benchmark (cpu-wall: CPU wall-clock, not GPU time): geomean ")
                for line in lines)

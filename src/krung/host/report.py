@@ -236,11 +236,15 @@ def _source_line(run: Run, location: str) -> tuple[str, str | None]:
 
 def _listed_and_unseen(figures: dict[str, Any]) -> str:
     """`4 listed + 2 unseen, 3 seeds each`: the problem's own cases and those krung derived,
-    and on a CPU `; 1 bench shape, 1 seed` (a bench case's path, checked once)."""
+    then `; 5 value stresses, 1 seed` (krung.judge.problem.value_stress) and on a CPU `; 1
+    bench shape, 1 seed` (a bench case's path, checked once)."""
+    rows = figures.get("per_case") or []
     unseen = figures.get("unseen_cases") or 0
-    bench = sum(" (bench " in str(row.get("case")) for row in figures.get("per_case") or [])
-    text = (f"{(figures.get('cases') or 0) - unseen - bench} listed + {unseen} unseen, "
-            f"{figures.get('seeds')} seeds each")
+    bench = sum(" (bench " in str(row.get("case")) for row in rows)
+    stressed = sum("stress" in row for row in rows)
+    text = (f"{(figures.get('cases') or 0) - unseen - bench - stressed} listed + {unseen} "
+            f"unseen, {figures.get('seeds')} seeds each")
+    text += f"; {stressed} value stress(es), 1 seed" if stressed else ""
     return text + (f"; {bench} bench shape(s), 1 seed" if bench else "")
 
 

@@ -52,6 +52,7 @@ class Problem:
     require_own_kernel: bool = False
     inplace: bool = False
     change_timed_inputs: bool = True  # False: the inputs' structure forbids (docs/timing.md)
+    value_stress: bool = True  # False: only the generator's values are meaningful (docs/trust.md)
     derive_case: Callable[..., dict | None] | None = None
     # What the version defines and how the worker takes it (krung/entries.py).
     entry: dict[str, Any] = field(default_factory=lambda: {"kind": "function", "name": "kernel"})

@@ -153,16 +153,18 @@ class CpuBudget:
         self.model.note(case, seconds)
         self.spent += seconds
 
-    def fit(self, case: dict, seeds: int, left: int) -> dict | None:
+    def fit(self, case: dict, seeds: int, left: int, extra: bool = False) -> dict | None:
         """The case, or a smaller one that fits its share (what is left, over the cases
-        left); a bench shape that does not fit even at its smallest is None, and said."""
+        left); a bench shape that does not fit even at its smallest is None, and said. An
+        `extra` case (a value stress: its values matter, not its shape) comes after the
+        others, takes what they left, and shrinks as far as it must."""
         from krung.judge.problem import case_label
 
         # at least a floor, so cases that come after a misjudged one still get checked; a
         # bench shape (one seed, its code path) at least an eighth of the budget
-        bench = seeds == 1
-        share = max(max(self.seconds - self.spent, 0.0) / max(left, 1),
-                    self.seconds / (8 if bench else 2 * self.total))
+        bench = seeds == 1 and not extra
+        floor = 8 * self.total if extra else 8 if bench else 2 * self.total
+        share = max(max(self.seconds - self.spent, 0.0) / max(left, 1), self.seconds / floor)
 
         def fits(candidate: dict) -> bool:
             return seeds * self.model.predict(candidate) <= share

@@ -92,6 +92,7 @@ def load_native(path: Path) -> Problem:
         require_own_kernel=bool(getattr(module, "require_own_kernel", False)),
         inplace=bool(getattr(module, "inplace", False)),
         change_timed_inputs=bool(getattr(module, "change_timed_inputs", True)),
+        value_stress=bool(getattr(module, "value_stress", True)),
         derive_case=getattr(module, "derive_case", None),
     )
 

@@ -36,6 +36,7 @@ from krung.judge.contract import check_conduct
 from krung.judge.device import clock_state, clock_warning, floor_us
 from krung.judge.ladder import Context, nbytes, poison_leaves
 from krung.judge.problem import case_label
+from krung.judge.problem.value_stress import structured
 from krung.judge.rungs.correctness import ERROR_FIGURES
 from krung.judge.rungs.spec import HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol import messages, tree
@@ -129,6 +130,10 @@ SPEC = RungSpec(
                "nothing persisted between calls (docs/trust.md)", "count", per_case=True,
                when="when the version raised the limit (GPU)"),
         Figure("wall_s", "s", "the wall-clock time the version's timing took", per_case=True),
+        Figure("value_stress", "", "the value stresses of the rounds' last input sets (their "
+               "values moved off the generator's distribution, krung.judge.problem."
+               "value_stress): times and outputs on other values than the generator's",
+               "list", per_case=True, when="where KRUNG_VALUE_STRESS applies"),
         Figure("streams", "", "the streams the call's work ran on", "count", per_case=True,
                when="when it ran on several"),
         Figure("sm_mhz", "MHz", "the SM clock before and after the timing", "list",
@@ -307,6 +312,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
     round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
                          min_samples=max(3, plan.min_samples // ROUNDS))
     tuned: list[dict[str, Any]] = []
+    timed_stress: list[str] = []
     judge_s = 0.0  # the version's requests as the judge's clock saw them (krung.judge.clock)
     for round_index in range(ROUNDS):
         # Each round's sets are made when it starts, the last round's data freed first: at
@@ -317,6 +323,9 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
                 ctx.make_inputs(case, ctx.seed_for("benchmark", index, round_index, n))
                 for n in range(count)]
         first = None
+        stress = _stress_last_set(ctx, sets, ROUNDS * index + round_index)
+        if stress:
+            timed_stress.append(stress)
         sent = [list(poison_leaves(s, ctx.problem.writable_leaves(s), NAN_BYTE)) for s in sets]
         changes = _changes(ctx, sets, ctx.seed_for("benchmark-changes", index, round_index))
         request = (messages.Time(plan=asdict(round_plan), inputs=sent, changes=changes)
@@ -363,6 +372,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         "timer": mine[0].mode, "ref_timer": ref[0].mode,
         "input_sets": count, "l2_flush_bytes": mine[0].l2_flush_bytes,
         "wall_s": round(sum(s.wall_s for s in mine), 3),
+        **({"value_stress": timed_stress} if timed_stress else {}),
         **clock.gap(mine[1:], judge_s, stats["median_us"], ctx.device),
     }
     persisting = max(s.persisting_l2_bytes for s in mine)
@@ -399,6 +409,29 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
     return row
 
 
+def _stress_last_set(ctx: Context, sets: list, turn: int) -> str | None:
+    """The round's last input set with its values moved off the generator's distribution
+    (a value stress in turn, krung.judge.problem.value_stress), where one applies and the
+    reference stays meaningful on it: the version's speed and outputs on other values than
+    the generator's. The stress's name, or None where the set stayed as drawn."""
+    from krung.judge.problem.value_stress import meaningless, stressed
+    from krung.judge.rungs.correctness import value_stresses
+
+    stresses = value_stresses(ctx)
+    first = turn % max(len(stresses), 1)
+    for stress in stresses[first:] + stresses[:first]:
+        try:
+            moved = stressed(sets[-1], stress, ctx.problem.writable_leaves(sets[-1]),
+                             ctx.seed_for("benchmark-stress", turn))
+            if moved is None or meaningless(stress, ctx.expected(tuple(moved))):
+                continue
+        except Exception:  # the stress or the reference cannot take them: the set as drawn
+            continue
+        sets[-1] = tuple(moved)
+        return stress.name
+    return None
+
+
 def _call(fn: Any, sets: list, i: int) -> Any:
     return fn(*sets[i])
 
@@ -433,20 +466,10 @@ def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
         return None
     leaves = [[n for n, leaf in enumerate(tree.leaves(s)) if leaf.is_floating_point()
                and leaf.numel() > 1 and n not in ctx.problem.writable_leaves(s)
-               and not _structured(leaf)] for s in sets]
+               and not structured(leaf)] for s in sets]
     if not any(leaves):
         return None
     return {"leaves": leaves, "elements": CHANGED_ELEMENTS, "seed": seed}
-
-
-def _structured(tensor: Any) -> bool:
-    """Symmetric (KernelBench's matmul of symmetric matrices) or sorted along its last
-    dimension: changed elements would break what an honest version may rely on, so such a
-    tensor is left as it is (zeros, the other common structure, are kept by the change)."""
-    if tensor.dim() >= 2 and tensor.shape[-1] == tensor.shape[-2] and \
-            bool((tensor == tensor.mT).all()):
-        return True
-    return tensor.shape[-1] > 1 and bool((tensor[..., 1:] >= tensor[..., :-1]).all())
 
 
 def _as_changed(ctx: Context, sets: list, reply: dict[str, Any], changes: dict[str, Any],

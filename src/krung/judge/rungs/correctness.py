@@ -2,7 +2,10 @@
 
 Inputs are drawn fresh for every (case, seed) from the evaluation's secret seed, so no two
 evaluations see the same data; besides the declared cases, a few unseen ones (awkward
-neighbours of declared sizes, krung.judge.problem.unseen) run too. Every call is a checked call
+neighbours of declared sizes, krung.judge.problem.unseen) run too, and each value stress once
+on a listed case: the generator's draw with its values moved (scaled, ramped, sorted, tied,
+skewed indices; krung.judge.problem.value_stress), so a version right only on the
+generator's values fails. Every call is a checked call
 (krung.judge.contract): poisoned output memory, inputs unchanged afterwards, no tampering, and on
 each case's first seed no operator the problem forbids. Every call reports whether it
 launched a kernel of the version's own (`delegated` when one did not: krung.judge.delegation),
@@ -20,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from krung.judge.delegation import Delegation, traced_reference
 from krung.judge.ladder import Context
-from krung.judge.problem import case_label
+from krung.judge.problem import case_label, case_size
 from krung.judge.problem.cpu_budget import CpuBudget
 from krung.judge.problem.unseen import narrowed, unseen_pairs
+from krung.judge.problem.value_stress import STRESSES, Stress, meaningless, stressed
 from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
 from krung.protocol.settings import Settings
@@ -52,7 +56,9 @@ _SUMMARY_ERRORS = ("max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db", "coss
 SPEC = RungSpec(
     "correctness", order=40, needs=("run",),
     checks=f"every test case x {Settings.seeds} seeds (`KRUNG_SEEDS`), plus 1-2 unseen cases (awkward "
-           "neighbours of declared sizes, new every evaluation), fresh inputs each time, "
+           "neighbours of declared sizes, new every evaluation), each value stress once on a "
+           "listed case (its values moved off the generator's distribution; on a CPU, "
+           "`KRUNG_VALUE_STRESS`), fresh inputs each time, "
            "checked calls (poisoned output memory, inputs unchanged, no tampering, no "
            "forbidden operator, a kernel of the version's own where the policy asks for one), "
            "outputs compared in float64 under the per-dtype tolerance, "
@@ -73,6 +79,14 @@ SPEC = RungSpec(
                when="when there are some"),
         Figure("unseen_skipped", "", "unseen cases the problem itself cannot make inputs or a "
                "reference output for, and why", "text", when="when there are some"),
+        Figure("value_stress", "", "the value stresses checked, each on one listed case: "
+               "its values moved off the generator's distribution (scaled, ramped, sorted, "
+               "tied, skewed indices; krung.judge.problem.value_stress, KRUNG_VALUE_STRESS)",
+               "list", shown=(HTML, AGENT), when="when some ran"),
+        Figure("value_stress_skipped", "", "value stresses that could not decide anything: "
+               "they changed no input, or the reference raised, gave NaN/Inf or returned "
+               "integers whose ties it may break either way", "text", shown=(HTML, AGENT),
+               when="when there are some"),
         Figure("cpu_budget_s", "s", "what the rung aims to spend on the version's calls "
                "(KRUNG_CPU_CHECK_BUDGET); cases are shrunk to fit (krung.judge.problem."
                "cpu_budget)", when="on a CPU"),
@@ -127,6 +141,8 @@ SPEC = RungSpec(
                required=True, shown=TABLES),
         Figure("seeds", "", "the seeds that ran (a failing seed stops the case)", "count",
                per_case=True, shown=TABLES),
+        Figure("stress", "", "the value stress the case's inputs had (one seed)", "text",
+               per_case=True, when="value-stress cases"),
         Figure("delegated", "", "a call of the case launched no kernel of the version's own",
                "flag", per_case=True, required=True, shown=TABLES),
         Figure("seconds", "s", "the case's wall time in the judge: inputs, reference, calls "
@@ -157,6 +173,16 @@ def run(ctx: Context) -> dict[str, Any]:
     if budget is not None:  # the bench cases' shapes, at a size this machine affords
         bench = [c for c in ctx.problem.bench_cases if c not in cases]
         cases, kinds = cases + bench, kinds + ["bench"] * len(bench)
+    # Each value stress on one listed case, in turn, the largest first and none of a few
+    # elements where larger ones are listed (krung.judge.problem.value_stress).
+    stresses = value_stresses(ctx)
+    largest = sorted(declared, key=case_size, reverse=True)
+    largest = [c for c in largest if case_size(c) >= STRESS_MIN_SIZE] or largest
+    stress_of: list[Stress | None] = [None] * len(cases) + list(stresses)
+    cases += [largest[n % len(largest)] for n in range(len(stresses))]
+    kinds += ["stress"] * len(stresses)
+    stress_run: list[str] = []
+    stress_skipped: list[str] = []
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
     threads = 0
@@ -164,15 +190,19 @@ def run(ctx: Context) -> dict[str, Any]:
     conduct = KernelConduct()
     failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None
-    order = budget.order(cases) if budget else range(len(cases))
+    # Value stresses last: on a CPU they take what the budget leaves (cpu_budget.fit).
+    order = ((budget.order(cases[:len(cases) - len(stresses)]) if budget
+              else list(range(len(cases) - len(stresses))))
+             + list(range(len(cases) - len(stresses), len(cases))))
     for done, index in enumerate(order):
-        case, kind = cases[index], kinds[index]
-        case_seeds = 1 if kind == "bench" else seeds  # a bench shape: its code path, once
+        case, kind, stress = cases[index], kinds[index], stress_of[index]
+        case_seeds = seeds if kind in ("listed", "unseen") else 1  # a path or values, once
         if budget is not None:
-            case = budget.fit(case, case_seeds, len(cases) - done)
+            left = len(cases) - done if stress else len(cases) - len(stresses) - done
+            case = budget.fit(case, case_seeds, left, extra=stress is not None)
             if case is None:  # a bench shape not even its smallest form affords
                 continue
-        label = case_label(case) + _origin(cases[index], case, kind)
+        label = case_label(case) + _origin(cases[index], case, kind, stress)
         ctx.progress("correctness", f"case {done + 1}/{len(cases)} {label}")
         row: dict[str, Any] = {"case": label, "seeds": 0, "passed": True, "delegated": False,
                                "index": index}
@@ -180,7 +210,16 @@ def run(ctx: Context) -> dict[str, Any]:
         for rep in range(case_seeds):
             inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
             reference_ops = None
-            if rep == 0:  # traced: the reference's operators and kernels too
+            if stress is not None:  # the generator's draw, its values moved
+                inputs, expected, why = _stressed(ctx, inputs, stress,
+                                                  ctx.seed_for("stress", index))
+                if why:  # said, unless the stress has nothing to change in this problem
+                    if why != NOTHING_TO_STRESS:
+                        stress_skipped.append(f"{stress.name} ({case_label(case)}): {why}")
+                    break
+                stress_run.append(f"{stress.name} ({case_label(case)})")
+                row["stress"] = stress.name
+            elif rep == 0:  # traced: the reference's operators and kernels too
                 expected, reference_ops, kernels = traced_reference(ctx, inputs)
                 if kernels is not None:
                     delegation.reference_kernels = (delegation.reference_kernels
@@ -189,13 +228,13 @@ def run(ctx: Context) -> dict[str, Any]:
                 expected = ctx.expected(inputs)
             what = f"case {label}, seed #{rep}"
             called = time.perf_counter()
-            reply = ctx.checked_call(inputs, expected, what, trace=rep == 0)
+            reply = ctx.checked_call(inputs, expected, what, trace=rep == 0 and not stress)
             if budget is not None:
                 budget.note(case, time.perf_counter() - called, first=done == rep == 0)
             threads = max(threads, reply.get("threads_started", 0))
             # On a GPU only the traced call names the device's kernels (CUDA C++ ones too):
             # the others' Triton launches alone cannot tell a delegated call.
-            decides = rep == 0 or ctx.device == "cpu"
+            decides = (rep == 0 and not stress) or ctx.device == "cpu"
             census = ctx.device == "cpu" or reply.get("device_kernels") is not None
             if decides and delegation.note(reply, label, reference_ops, census):
                 row["delegated"] = True
@@ -216,8 +255,9 @@ def run(ctx: Context) -> dict[str, Any]:
                     row["check"] = verdict.check_message
                 failures.append((label, rep, verdict, case, index))
                 break
-        row["seconds"] = round(time.perf_counter() - started, 4)
-        rows.append(row)
+        if row["seeds"]:  # a stress that did not apply is said below, not a row
+            row["seconds"] = round(time.perf_counter() - started, 4)
+            rows.append(row)
     rows = [{k: v for k, v in r.items() if k != "index"}
             for r in sorted(rows, key=lambda r: r["index"])]
     figures = _summary(rows, seeds, worst)
@@ -229,6 +269,10 @@ def run(ctx: Context) -> dict[str, Any]:
         figures["unseen_skipped"] = "; ".join(skipped)
     if narrowings:
         figures["unseen_narrowed"] = "; ".join(narrowings)
+    if stress_run:
+        figures["value_stress"] = stress_run
+    if stress_skipped:
+        figures["value_stress_skipped"] = "; ".join(stress_skipped)
     if threads:  # not a failure by itself, but work may be hiding there
         figures["threads_started"] = threads
     figures.update(conduct.figures())
@@ -244,11 +288,44 @@ def _budget(ctx: Context) -> CpuBudget | None:
     return CpuBudget(ctx.settings.cpu_check_budget_s, lambda c: _unusable(ctx, c) is None)
 
 
-def _origin(declared: dict, checked: dict, kind: str) -> str:
-    """What a row's label adds to its case: unseen, from a bench case, shrunk from one."""
+NOTHING_TO_STRESS = "changes none of the inputs"
+STRESS_MIN_SIZE = 16  # a case's size product below which its values say little
+
+
+def value_stresses(ctx: Context) -> tuple[Stress, ...]:
+    """The value stresses this evaluation runs: all of them where KRUNG_VALUE_STRESS allows
+    on this device and the problem does not opt out (`value_stress = False`)."""
+    mode = ctx.settings.value_stress
+    if mode == "off" or (mode == "cpu" and ctx.device != "cpu"):
+        return ()
+    if not ctx.problem.value_stress or not ctx.problem.test_cases:
+        return ()
+    return STRESSES
+
+
+def _stressed(ctx: Context, inputs: tuple, stress: Stress, seed: int
+              ) -> tuple[tuple, list, str | None]:
+    """The inputs with `stress` applied and the reference's outputs on them, or why they
+    cannot decide anything."""
+    try:
+        moved = stressed(inputs, stress, ctx.problem.writable_leaves(inputs), seed)
+    except Exception as exc:  # inputs of a kind the stress cannot move: krung's limit
+        return inputs, [], f"could not be applied to these inputs: {_said(exc)}"
+    if moved is None:
+        return inputs, [], NOTHING_TO_STRESS
+    try:
+        expected = ctx.expected(tuple(moved))
+    except Exception as exc:  # the problem's limits, not the version's fault
+        return inputs, [], f"the reference raised {_said(exc)}"
+    return tuple(moved), expected, meaningless(stress, expected)
+
+
+def _origin(declared: dict, checked: dict, kind: str, stress: Stress | None = None) -> str:
+    """What a row's label adds to its case: unseen, from a bench case, a value stress,
+    shrunk from one."""
     if kind == "bench":
         return f" (bench {case_label(declared)})"
-    tail = " (unseen)" if kind == "unseen" else ""
+    tail = " (unseen)" if kind == "unseen" else f" (stress: {stress.name})" if stress else ""
     if checked != declared:
         tail += f" (shrunk from {case_label(declared)})"
     return tail
@@ -396,6 +473,14 @@ def _mismatch(failures: list, rows: list[dict[str, Any]], figures: dict[str, Any
 
 
 def _hint(result: Comparison | None, rows: list[dict[str, Any]]) -> str:
+    failed = [r for r in rows if not r["passed"]]
+    if failed and all("stress" in r for r in failed):
+        names = ", ".join(sorted({r["stress"] for r in failed}))
+        return (f"right on the generator's values but not on these ({names}: the same sizes, "
+                "values the problem allows that its generator rarely draws; docs/trust.md): "
+                "look for paths chosen by value (thresholds, the magnitude of a prefix), "
+                "clamps or approximations valid on a range only, and assumptions of balance "
+                "(capacities per bin or expert, no colliding indices)")
     if result is not None and result.figures.get("nonfinite"):
         return ("NaN/Inf where the reference is finite: look for reads of unwritten memory "
                 "(masked loads without `other`, padding lanes that reach a reduction) or overflow")

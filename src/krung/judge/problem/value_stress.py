@@ -1,0 +1,206 @@
+"""Value stress: checked and timed inputs whose values leave the problem's generator's
+distribution, where the reference stays meaningful.
+
+A version can be right only on the values the generator draws: a norm that is nearly the
+identity on `randn`, top-k with fixed thresholds, a cheap path chosen by the magnitude of a
+prefix, a scatter or a routing that assumes indices spread evenly. Unseen sizes never show
+that. Each stress is made from the generator's own draw, so shapes, dtypes, signs and the
+problem's structure are kept:
+
+- `magnitudes x8`, `magnitudes /8`: every value times a power of two (exact in binary floats,
+  but for float16's smallest values, which become subnormal);
+- `ramped`: magnitudes rising from 2^-4 to 2^4 along the tensor, so that its start looks like
+  the generator's draw and its end does not;
+- `sorted`: the values sorted over the whole tensor (zeros kept in their places), so rows
+  differ from each other (routing and top-k become unbalanced);
+- `ties`: values rounded to a grid of half their standard deviation, so many are equal;
+- `skewed indices`: integer tensors resampled from their own values, three quarters of them
+  one value (collisions in scatters, histograms and routing).
+
+Left as drawn: output buffers, tensors of one element, bool and complex tensors,
+discrete-valued floating tensors (masks, one-hot: few distinct values among many), integer
+tensors that are monotone (offsets) or hold no value twice (permutations), and for
+`ramped` and `sorted` (which move values between positions) symmetric matrices and
+tensors sorted along their last dimension. A stress that changes no tensor does not run; one
+whose reference raises or gives NaN/Inf, or (for `ties`) returns integers, whose ties no
+element-wise comparison can decide, is skipped and said (krung.judge.rungs.correctness).
+
+Off on a GPU until it passes the GPU gate (KRUNG_VALUE_STRESS, docs/trust.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from krung.protocol import tree
+
+RAMP_EXPONENTS = (-4, 4)  # the ramp's magnitudes: 2^-4 .. 2^4, in whole powers of two
+HOT_SHARE = 0.75  # `skewed indices`: the share of elements given one value
+DISCRETE_VALUES = 16  # a floating tensor with at most this many distinct values among ...
+DISCRETE_SAMPLE = 4096  # ... its first elements, and many repeats, is a mask or a label
+
+
+@dataclass(frozen=True)
+class Stress:
+    name: str
+    meaning: str
+    floats: Callable[[Any, Any], Any] | None = None  # (tensor, generator) -> tensor
+    integers: Callable[[Any, Any], Any] | None = None
+    moves_values: bool = False  # values change places: structure (symmetry, order) is lost
+    integer_outputs_ok: bool = True  # False: ties make integer outputs ambiguous
+
+
+def _scaled(factor: float) -> Callable[[Any, Any], Any]:
+    return lambda x, _: (_wide(x) * factor).to(x.dtype)
+
+
+def _ramped(x: Any, _: Any) -> Any:
+    import torch
+
+    low, high = RAMP_EXPONENTS
+    steps = high - low + 1
+    exponents = (torch.arange(x.numel(), device=x.device) * steps // x.numel() + low)
+    factors = torch.pow(2.0, exponents.to(torch.float32)).to(_wide(x).dtype)
+    return (_wide(x).flatten() * factors).view(x.shape).to(x.dtype)
+
+
+def _sorted(x: Any, _: Any) -> Any:
+    """Sorted over the whole tensor, zeros kept where they are (a triangle, a band, a
+    sparsity pattern is structure the problem may promise)."""
+    flat = _wide(x).flatten().clone()  # float64 comes as itself: never write the input
+    nonzero = flat != 0
+    flat[nonzero] = flat[nonzero].sort().values
+    return flat.view(x.shape).to(x.dtype)
+
+
+def _ties(x: Any, _: Any) -> Any:
+    import torch
+
+    wide = _wide(x)
+    step = float(wide.std()) / 2
+    if not step > 0:
+        return x
+    return (torch.round(wide / step) * step).to(x.dtype)
+
+
+def _skewed(x: Any, generator: Any) -> Any:
+    import torch
+
+    flat = x.flatten()
+    hot = flat[int(torch.randint(flat.numel(), (1,), generator=generator))]
+    chosen = torch.rand(flat.numel(), generator=generator).to(x.device) < HOT_SHARE
+    return torch.where(chosen, hot, flat).view(x.shape)
+
+
+STRESSES = (
+    Stress("magnitudes x8", "every floating value times 8", floats=_scaled(8.0)),
+    Stress("magnitudes /8", "every floating value divided by 8", floats=_scaled(0.125)),
+    Stress("ramped", "magnitudes rising from 2^-4 to 2^4 along each floating tensor",
+           floats=_ramped, moves_values=True),
+    Stress("sorted", "each floating tensor's values sorted over the whole tensor, zeros kept "
+           "in their places",
+           floats=_sorted, moves_values=True),
+    Stress("ties", "floating values rounded to half their standard deviation: many equal",
+           floats=_ties, integer_outputs_ok=False),
+    Stress("skewed indices", "integer tensors resampled from their own values, three "
+           "quarters of them one value", integers=_skewed),
+)
+
+
+def stressed(inputs: Any, stress: Stress, writable: set[int], seed: int) -> Any | None:
+    """`inputs` with `stress` applied to every tensor it may change; None when it changes
+    none (the stress does not apply to these inputs)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    changed = [False]
+
+    def apply(index: int, tensor: Any) -> Any:
+        transform = _transform_for(stress, tensor)
+        if index in writable or transform is None:
+            return tensor
+        if stress.moves_values and structured(tensor):
+            return tensor
+        result = _laid_out_like(tensor, transform(tensor, generator))
+        if result is not tensor and not torch.equal(result, tensor):
+            changed[0] = True
+        return result
+
+    with torch.no_grad():
+        result = tree.map_leaves(apply, inputs)
+    return result if changed[0] else None
+
+
+def meaningless(stress: Stress, expected: list) -> str | None:
+    """Why the reference's outputs on stressed inputs decide nothing (None: they do)."""
+    import torch
+
+    tensors = tree.leaves(expected)
+    if any(t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in tensors):
+        return "the reference gives NaN or Inf on these values"
+    if not stress.integer_outputs_ok and any(
+            not t.is_floating_point() and not t.is_complex() for t in tensors):
+        return "the reference returns integers (indices), whose ties it may break either way"
+    return None
+
+
+def _transform_for(stress: Stress, tensor: Any) -> Callable[[Any, Any], Any] | None:
+    import torch
+
+    if tensor.numel() < 2 or tensor.dtype == torch.bool or tensor.is_complex():
+        return None
+    if tensor.is_floating_point():
+        return None if stress.floats is None or _discrete(tensor) else stress.floats
+    if stress.integers is None or _monotone(tensor) or _all_distinct(tensor):
+        return None
+    return stress.integers
+
+
+def _laid_out_like(tensor: Any, values: Any) -> Any:
+    """`values` in `tensor`'s strides (a transposed input stays transposed); `tensor`
+    itself where it is expanded (a stride of 0 has no room for other values)."""
+    import torch
+
+    if values.stride() == tensor.stride():
+        return values
+    if any(stride == 0 and size > 1
+           for stride, size in zip(tensor.stride(), tensor.shape, strict=True)):
+        return tensor
+    return torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype,
+                               device=tensor.device).copy_(values)
+
+
+def _wide(x: Any) -> Any:
+    """`x` in a dtype the transforms compute in exactly enough (float8 cannot multiply)."""
+    import torch
+
+    return x if x.dtype == torch.float64 else x.to(torch.float32)
+
+
+def _discrete(tensor: Any) -> bool:
+    sample = tensor.flatten()[:DISCRETE_SAMPLE]
+    distinct = int(sample.unique().numel())
+    return distinct <= DISCRETE_VALUES and distinct * 4 <= sample.numel()
+
+
+def _monotone(tensor: Any) -> bool:
+    flat = tensor.flatten()
+    steps = flat[1:] - flat[:-1]
+    return bool((steps >= 0).all()) or bool((steps <= 0).all())
+
+
+def _all_distinct(tensor: Any) -> bool:
+    return int(tensor.flatten().unique().numel()) == tensor.numel()
+
+
+def structured(tensor: Any) -> bool:
+    """Symmetric (KernelBench's matmul of symmetric matrices) or sorted along its last
+    dimension: what the problem's reference and an honest version may rely on, so values
+    are not moved between its positions (here, nor by the benchmark's timed input changes;
+    zeros, the other common structure, are kept by both)."""
+    if tensor.dim() >= 2 and tensor.shape[-1] == tensor.shape[-2] and \
+            bool((tensor == tensor.mT).all()):
+        return True
+    return tensor.shape[-1] > 1 and bool((tensor[..., 1:] >= tensor[..., :-1]).all())

@@ -145,6 +145,106 @@ def test_a_sidecar_asking_for_an_own_kernel_fails_delegation_and_passes_triton(
     assert figures["delegated"] is False and figures["own_kernels"] == ["matmul_kernel"]
     assert not any(row["delegated"] for row in figures["per_case"])
     assert "mm" not in figures["reference_ops"]  # traced: it ran no torch matmul
+    assert "library_work" not in figures  # Triton's interpreter hands nothing to numpy
+
+
+# A token kernel of its own beside a library's matmul: the kernel launches, torch runs no
+# matmul, and the work is the library's (issue 31, item 3).
+TOKEN_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def token_kernel(c):
+    tl.store(c, tl.load(c) + 0.0)
+
+'''
+NUMPY_MATMUL = TOKEN_KERNEL + '''
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        C = torch.from_numpy(A.numpy() @ B.numpy())
+        token_kernel[(1,)](C)
+        return C
+'''
+CTYPES_BLAS = TOKEN_KERNEL + '''
+import ctypes
+import glob
+import os
+
+import numpy
+
+FOUND = glob.glob(os.path.join(os.path.dirname(numpy.__file__), os.pardir, "numpy.libs",
+                               "*openblas*"))
+BLAS = ctypes.CDLL(FOUND[0])
+for NAME, INT in (("cblas_sgemm", ctypes.c_int), ("scipy_cblas_sgemm64_", ctypes.c_int64),
+                  ("cblas_sgemm64_", ctypes.c_int64)):
+    if hasattr(BLAS, NAME):
+        SGEMM = getattr(BLAS, NAME)
+        break
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        A, B = A.contiguous(), B.contiguous()
+        (M, K), N = A.shape, B.shape[1]
+        C = torch.empty(M, N)
+        f, p = ctypes.c_float, ctypes.c_void_p
+        SGEMM(INT(101), INT(111), INT(111), INT(M), INT(N), INT(K), f(1.0), p(A.data_ptr()),
+              INT(K), p(B.data_ptr()), INT(N), f(0.0), p(C.data_ptr()), INT(N))
+        token_kernel[(1,)](C)
+        return C
+'''
+
+
+def test_library_symbols_are_named_and_others_are_not():
+    from krung.worker.library_calls import library_of
+
+    assert [library_of(s) for s in ("cblas_sgemm", "scipy_cblas_sgemm64_", "sgemm_", "dgemm",
+                                     "cublasLtMatmul", "cublasSgemm_v2", "cudnnConvolutionForward",
+                                     "mkl_sparse_s_mm", "syscall", "prctl", "landlock_add_rule",
+                                     "getpid")] == \
+        ["BLAS", "BLAS", "BLAS", "BLAS", "cuBLASLt", "cuBLAS", "cuDNN", "MKL", None, None, None,
+         None]
+
+
+def _numpy_openblas() -> bool:
+    import glob
+    import os
+
+    import numpy
+
+    return bool(glob.glob(os.path.join(os.path.dirname(numpy.__file__), os.pardir,
+                                       "numpy.libs", "*openblas*")))
+
+
+def test_numpy_beside_a_token_kernel_is_delegated_and_named(krung, matmul, version):
+    path = version("numpy_matmul", NUMPY_MATMUL)
+    result = krung("run", matmul, path, "--json", "--rungs", RUNGS)
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness  # no policy: said, not failed
+    figures = correctness["figures"]
+    assert figures["own_kernels"] == ["token_kernel"] and figures["delegated"] is True
+    assert figures["library_work"] == ["numpy: tensors handed to it during the call"]
+    write(sidecar_path(matmul), "require_own_kernel: true\n")
+    correctness = _rungs(krung("run", matmul, path, "--json", "--rungs", RUNGS))["correctness"]
+    assert correctness["error_type"] == "Delegated", correctness
+    assert "handed its work to a library (numpy" in correctness["error"]
+    assert "beside its own kernels" in correctness["error"]
+
+
+@pytest.mark.skipif(not _numpy_openblas(), reason="needs numpy's bundled OpenBLAS (a wheel)")
+def test_blas_through_ctypes_beside_a_token_kernel_fails_an_own_kernel_policy(krung, matmul,
+                                                                             version):
+    write(sidecar_path(matmul), "require_own_kernel: true\n")
+    result = krung("run", matmul, version("ctypes_blas", CTYPES_BLAS), "--json", "--rungs",
+                   RUNGS)
+    correctness = _rungs(result)["correctness"]
+    assert correctness["error_type"] == "Delegated", correctness
+    assert "ctypes: " in correctness["error"] and "(BLAS)" in correctness["error"]
+    assert any("sgemm" in w for w in correctness["figures"]["library_work"])
 
 
 def test_a_broken_sidecar_is_a_problem_error_naming_each_defect(tmp_path, matmul):

@@ -6,6 +6,11 @@ from the launch log, under the interpreter and on a GPU alike). On a GPU its tra
 reference did not launch too, and whose name is not torch's own (`at::native::...`), is the
 version's (CUDA C++, CuTeDSL, TileLang, cupy, numba). A call that launched none is delegated.
 
+A call that handed work to a library beside its kernels (tensors to numpy, a BLAS or cuBLAS
+symbol called through ctypes: krung.worker.library_calls, on a CPU) is delegated too, own
+kernel or not, and the library is named (`library_work`): a token kernel of its own beside
+numpy's matmul does not carry the work.
+
 Where the problem's policy traces torch operators (it forbids some, or asks for the version's
 own kernel), the operators the version ran that the reference ran too are named
 (`reference_ops`): the computation it handed to torch, own kernel or not.
@@ -43,6 +48,7 @@ class Delegation:
     reference_ops: set[str] = field(default_factory=set)
     reference_kernels: set[str] | None = None  # GPU: what the reference ran (CUPTI)
     undecided: list[str] = field(default_factory=list)  # cases without a kernel census
+    libraries: set[str] = field(default_factory=set)  # work handed to libraries, in words
 
     def own_kernels(self, reply: dict[str, Any]) -> list[str]:
         """The kernels of the version's own one call launched."""
@@ -64,6 +70,12 @@ class Delegation:
             self.version_ops.update(reply["ops"])
         if reference_ops is not None:
             self.reference_ops.update(reference_ops)
+        handed = handed_to_libraries(reply.get("library"))
+        if handed:  # the work was the library's, whatever kernel stood beside it
+            self.libraries.update(handed)
+            if label not in self.delegated_cases:
+                self.delegated_cases.append(label)
+            return True
         if own:
             return False
         if not census:
@@ -83,6 +95,8 @@ class Delegation:
                                    "own_kernels": sorted(self.own)}
         if traced:
             figures["reference_ops"] = self.shared_ops()
+        if self.libraries:
+            figures["library_work"] = sorted(self.libraries)
         if self.undecided:
             figures["delegation_unknown"] = (
                 f"{len(self.undecided)} case(s) without a kernel census (KRUNG_KERNEL_CENSUS=0"
@@ -94,12 +108,28 @@ class Delegation:
         ran = self.shared_ops()
         what = (f"it ran only torch's operators ({', '.join('aten::' + o for o in ran)}, as the "
                 "reference does)" if ran else "it ran only torch's operators")
+        done = f"the version launched no kernel of its own; {what}"
+        if self.libraries:
+            done = (f"the version handed its work to a library ({'; '.join(sorted(self.libraries))}"
+                    f"){' beside its own kernels' if self.own else ''}")
         return RungFailed(
-            "Delegated", f"case {label}: the version launched no kernel of its own; {what}, and "
-            "the problem's policy asks for its own kernel (require_own_kernel)",
+            "Delegated", f"case {label}: {done}, and the problem's policy asks for its own "
+            "kernel to do the work (require_own_kernel)",
             "write the core operation as a kernel of your own (Triton, CUDA C++, ...) and "
             "launch it from the entry point; calling torch or a vendor library does not count",
             figures=figures)
+
+
+def handed_to_libraries(library: dict[str, Any] | None) -> list[str]:
+    """One call's handoffs to libraries (krung.worker.library_calls), in words."""
+    if not library:
+        return []
+    handed = []
+    if library.get("numpy"):
+        handed.append("numpy: tensors handed to it during the call")
+    if library.get("symbols"):
+        handed.append(f"ctypes: {', '.join(library['symbols'])} resolved")
+    return handed
 
 
 def traced_reference(ctx: Any, inputs: tuple) -> tuple[list, set[str] | None, set[str] | None]:

@@ -307,6 +307,9 @@ class Called(Reply):
     own_kernels: dict[str, int] | None = None
     # errors out of a kernel's compile or launch in this call that the version caught
     swallowed: list[SwallowedError] | None = None
+    # work handed to libraries (krung.worker.library_calls): {"numpy": tensors handed over,
+    # "symbols": ["cblas_sgemm (BLAS)", ...] resolved through ctypes}
+    library: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

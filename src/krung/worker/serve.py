@@ -29,11 +29,14 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, tensor_spec
 from krung.protocol.tree import leaves, map_tensors
+
+if TYPE_CHECKING:
+    from krung.worker.library_calls import LibraryWatch
 
 
 class Worker:
@@ -46,6 +49,13 @@ class Worker:
 
         if device != "cpu":
             from krung.protocol import cuda_driver, cuda_ipc  # noqa: F401
+        # Work handed to numpy or a library through ctypes (CPU only until the GPU gate).
+        self.libraries: LibraryWatch | None = None
+        if device == "cpu":
+            from krung.worker.library_calls import LibraryWatch
+
+            self.libraries = LibraryWatch()
+            self.libraries.install()
         self.channel = channel
         self.device = device
         self.preloaded = preloaded  # DSL packages imported before the version (warm start)
@@ -182,11 +192,16 @@ class Worker:
         # Left after the outputs' copy: the profiler's end synchronises the device.
         own = OwnKernels(device=request.trace_kernels and self.device != "cpu")
         start = time.perf_counter()
+        if self.libraries:
+            self.libraries.start()
         with own:
-            with poisoned:  # the trace is entered in the version's thread: torch keeps it per thread
-                result = self.site.run(self.kernel, inputs, trace and trace.__enter__,
-                                       trace and functools.partial(trace.__exit__, None, None,
-                                                                   None))
+            try:
+                with poisoned:  # the trace is entered in the version's thread: torch keeps it per thread
+                    result = self.site.run(self.kernel, inputs, trace and trace.__enter__,
+                                           trace and functools.partial(trace.__exit__, None,
+                                                                       None, None))
+            finally:
+                library = self.libraries.take() if self.libraries else None
             outputs = _outputs(result, self.device, self.plain)
             self.synchronize()
         call_s = time.perf_counter() - start
@@ -196,7 +211,7 @@ class Worker:
             **outputs, call_s=call_s, builds=_builds(), **self.conduct(),
             **call_record(self.own_kernels),
             ops=sorted(trace.ops) if isinstance(trace, OpTrace) else None,
-            kernels=own.names, device_kernels=own.device_names,
+            kernels=own.names, device_kernels=own.device_names, library=library,
             inputs_after=inputs if request.return_inputs else None)
 
     def op_time(self, request: messages.Time) -> messages.Reply:

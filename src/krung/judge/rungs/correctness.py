@@ -102,8 +102,13 @@ SPEC = RungSpec(
                "that keeps the innermost size's power of two): the case and the cost",
                "text", shown=(HTML, AGENT), when="on a CPU, when there are some"),
         Figure("delegated", "", "some checked call launched no kernel of the version's own "
-               "(only torch's operators; krung.judge.delegation): true for a plain torch "
-               "version", "flag", shown=(HTML,)),
+               "(only torch's operators; krung.judge.delegation), or handed its work to a "
+               "library (`library_work`): true for a plain torch version", "flag",
+               shown=(HTML,)),
+        Figure("library_work", "", "work the checked calls handed to a library beside "
+               "torch's operators and the version's kernels: tensors handed to numpy, BLAS "
+               "(cuBLAS, MKL, ...) symbols resolved through ctypes (krung.worker."
+               "library_calls; on a CPU)", "list", shown=(HTML, AGENT), when="when some call did"),
         Figure("own_kernels", "", "the kernels of the version's own its checked calls "
                "launched (Triton's by name; on a GPU also every kernel CUPTI saw that the "
                "reference does not launch and torch does not own)", "list", shown=(HTML,)),

@@ -82,20 +82,52 @@ def store(tmp_path) -> Path:
     return tmp_path / "store" / "krung.db"
 
 
-@pytest.fixture
-def krung(store, tmp_path):
-    """Run the real `krung` command in a subprocess, with a private store, on the CPU unless
-    the test passes --device."""
+def krung_command(store: Path, home: Path):
+    """`krung ARGS` in a subprocess with `store` as its store, run in `home` unless told."""
 
     def run(*args: str, timeout: float = 600, env: dict | None = None,
             cwd: Path | None = None) -> Result:
         environ = dict(os.environ, KRUNG_STORE=str(store), KRUNG_DEVICE="cpu", **(env or {}))
         done = subprocess.run([sys.executable, "-m", "krung", *map(str, args)],
                               capture_output=True, text=True, timeout=timeout, env=environ,
-                              cwd=cwd or tmp_path)
+                              cwd=cwd or home)
         return Result(done.returncode, done.stdout, done.stderr)
 
     return run
+
+
+@pytest.fixture
+def krung(store, tmp_path):
+    """Run the real `krung` command in a subprocess, with a private store, on the CPU unless
+    the test passes --device."""
+    return krung_command(store, tmp_path)
+
+
+class SharedRuns:
+    """`krung run PROBLEM VERSION --json` over SCALE_PROBLEM, each version evaluated once per
+    test process (a real evaluation is seconds of CPU) and shared by the tests that only read
+    what it printed, or its store through `krung`: they assert different things about the
+    same evaluation. A test that needs a run of its own (its store, its options) makes it."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.problem = write(home / "scale" / "problem.py", SCALE_PROBLEM).parent
+        self.krung = krung_command(home / "store" / "krung.db", home)
+        self._runs: dict[str, Result] = {}
+
+    def run(self, name: str, source: str) -> Result:
+        path = self.home / "versions" / f"{name}.py"
+        if name not in self._runs:
+            write(path, source)
+            self._runs[name] = self.krung("run", self.problem, path, "--json")
+        assert path.read_text() == textwrap.dedent(source).lstrip(), \
+            f"two sources under one shared name {name!r}"
+        return self._runs[name]
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory) -> SharedRuns:
+    return SharedRuns(tmp_path_factory.mktemp("shared_runs"))
 
 
 def default_sigint() -> None:

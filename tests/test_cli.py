@@ -16,8 +16,8 @@ from tests.conftest import GOOD, TAIL_BUG, default_sigint, write
 
 
 @pytest.mark.newest
-def test_good_version_passes_every_rung(krung, scale_problem, version):
-    result = krung("run", scale_problem, version("good", GOOD), "--json")
+def test_good_version_passes_every_rung(shared_runs):
+    result = shared_runs.run("good", GOOD)
     assert result.code == 0, result.stderr
     run = result.json()
     assert run["ok"] is True

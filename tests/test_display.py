@@ -43,7 +43,8 @@ def test_plain_progress_writes_at_most_one_line_a_second():
                                               "[benchmark] case 1/1 n=9"]
 
 
-def test_run_writes_progress_lines_on_stderr_when_not_a_terminal(krung, scale_problem, version):
+def test_run_writes_progress_lines_on_stderr_when_not_a_terminal(krung, scale_problem, version,
+                                                                 shared_runs):
     result = krung("run", scale_problem, version("good", GOOD))
     assert result.code == 0, result.stderr
     lines = result.stderr.splitlines()
@@ -53,7 +54,7 @@ def test_run_writes_progress_lines_on_stderr_when_not_a_terminal(krung, scale_pr
     # The rest came within a second of it, and their rungs finished before the second was up.
     assert all(LINE.match(line) for line in lines), lines
     assert not any(line.startswith("[correctness] case") for line in result.stdout.splitlines())
-    quiet = krung("run", scale_problem, version("good", GOOD), "--json")
+    quiet = shared_runs.run("good", GOOD)
     assert quiet.stderr == ""  # --json: nothing but the object
 
 

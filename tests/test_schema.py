@@ -28,14 +28,14 @@ def errors(validator, instance) -> list[str]:
             for e in validator.iter_errors(instance)]
 
 
-def test_real_runs_validate(krung, validator, scale_problem, version):
-    passing = krung("run", scale_problem, version("good", GOOD), "--json")
-    failing = krung("run", scale_problem, version("tail", TAIL_BUG), "--json")
+def test_real_runs_validate(validator, shared_runs):
+    passing = shared_runs.run("good", GOOD)
+    failing = shared_runs.run("tail", TAIL_BUG)
     assert (passing.code, failing.code) == (0, 1), passing.stderr + failing.stderr
     for result in (passing, failing):
         assert errors(validator, result.json()) == []
     run_id = passing.json()["run_id"]
-    shown = krung("show", run_id, "--json", "--source")
+    shown = shared_runs.krung("show", run_id, "--json", "--source")
     assert shown.json()["source"].strip() == GOOD.strip()
     assert errors(validator, shown.json()) == []
 

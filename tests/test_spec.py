@@ -80,10 +80,9 @@ def test_the_declarations_load_without_torch():
     assert done.returncode == 0, done.stderr
 
 
-def test_every_figure_real_runs_report_is_declared(krung, scale_problem, version):
-    runs = [krung("run", scale_problem, version("good", GOOD), "--json"),
-            krung("run", scale_problem, version("affine", TRITON_GOOD), "--json"),
-            krung("run", scale_problem, version("tail", TAIL_BUG), "--json")]
+def test_every_figure_real_runs_report_is_declared(shared_runs):
+    runs = [shared_runs.run("good", GOOD), shared_runs.run("affine", TRITON_GOOD),
+            shared_runs.run("tail", TAIL_BUG)]
     assert [r.code for r in runs] == [0, 0, 1], [r.stderr for r in runs]
     declared = specs()
     seen: set[tuple[str, str]] = set()

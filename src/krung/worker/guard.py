@@ -416,6 +416,8 @@ class InputChanges:
     def before(self, i: int) -> None:
         import torch
 
+        from krung.protocol.tree import unravel
+
         for tensor, index, saved in reversed(self.pending[i]):
             tensor.index_put_(index, saved)
         self.pending[i] = []
@@ -426,10 +428,10 @@ class InputChanges:
             where = torch.randint(count, (self.elements,), device=tensor.device,
                                   generator=generator)
             shift = torch.randint(1, count, (1,), device=tensor.device, generator=generator)
-            index = torch.unravel_index(where, tensor.shape)
+            index = unravel(where, tensor.shape)
             current = tensor[index]
             # Zeros stay zeros: a triangular, banded or zero-masked input keeps its shape.
-            values = torch.where(current != 0, tensor[torch.unravel_index(
+            values = torch.where(current != 0, tensor[unravel(
                 (where + shift) % count, tensor.shape)], current)
             self.pending[i].append((tensor, index, current))
             tensor.index_put_(index, values)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -57,19 +58,16 @@ def fix_bfloat16() -> None:
     if _PATCHED:
         return
     fix_scalar_index()
-    import ml_dtypes
-    import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
 
     original = interpreter._get_np_dtype
-    bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
     @functools.wraps(original)
     def get_np_dtype(tt_dtype):  # type: ignore[no-untyped-def]
         element = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
         if element == tl.bfloat16:
-            return bfloat16
+            return bfloat16_dtype()
         return original(tt_dtype)
 
     original_cast = interpreter.InterpreterBuilder.cast_impl
@@ -83,8 +81,24 @@ def fix_bfloat16() -> None:
 
     interpreter._get_np_dtype = get_np_dtype
     interpreter.InterpreterBuilder.cast_impl = cast_impl
-    interpreter._interpreter = Bfloat16Memory(interpreter._interpreter, bfloat16)
+    interpreter._interpreter = Bfloat16Memory(interpreter._interpreter)
     _PATCHED = True
+
+
+@functools.cache
+def bfloat16_dtype() -> Any:
+    """ml_dtypes' bfloat16 as a numpy dtype. Imported on a kernel's first bfloat16, not when
+    the interpreter is fixed: its extension alone takes over a second to load, which a version
+    without bfloat16 need not pay."""
+    import ml_dtypes
+    import numpy as np
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def is_bfloat16(dtype: Any) -> bool:
+    # Without ml_dtypes imported no array can be bfloat16: only bfloat16_dtype() makes them.
+    return "ml_dtypes" in sys.modules and dtype == bfloat16_dtype()
 
 
 def fix_scalar_index() -> None:
@@ -112,50 +126,50 @@ class Bfloat16Memory:
     Stands in for the module ``triton.runtime.interpreter`` imports as ``_interpreter``; every
     other name (fma_fp32, RMW_OP, ...) is the module's own."""
 
-    def __init__(self, native, bfloat16):  # type: ignore[no-untyped-def]
+    def __init__(self, native):  # type: ignore[no-untyped-def]
         self.native = native
-        self.bfloat16 = bfloat16
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self.native, name)
 
     def load(self, ptrs, mask, other, dtype):  # type: ignore[no-untyped-def]
-        if dtype != self.bfloat16:
+        if not is_bfloat16(dtype):
             return self.native.load(ptrs, mask, other, dtype)
         import numpy as np
 
         bits = self.native.load(ptrs, mask, other.view(np.uint16), np.dtype(np.uint16))
-        return bits.view(self.bfloat16)
+        return bits.view(bfloat16_dtype())
 
     def store(self, ptrs, value, mask):  # type: ignore[no-untyped-def]
-        if value.dtype == self.bfloat16:
+        if is_bfloat16(value.dtype):
             value = value.view("uint16")
         return self.native.store(ptrs, value, mask)
 
     def atomic_cas(self, ptrs, expected, value, sem):  # type: ignore[no-untyped-def]
-        if value.dtype != self.bfloat16:
+        if not is_bfloat16(value.dtype):
             return self.native.atomic_cas(ptrs, expected, value, sem)
         old = self.native.atomic_cas(ptrs, expected.view("uint16"), value.view("uint16"), sem)
-        return old.view(self.bfloat16)
+        return old.view(bfloat16_dtype())
 
     def atomic_rmw(self, op, ptrs, value, mask, sem):  # type: ignore[no-untyped-def]
         """Read, combine in float32, round to bfloat16, write: element by element, so lanes
         that hit one address all count, as on the GPU. Returns the values read."""
-        if value.dtype != self.bfloat16:
+        if not is_bfloat16(value.dtype):
             return self.native.atomic_rmw(op, ptrs, value, mask, sem)
         import numpy as np
 
+        bfloat16 = bfloat16_dtype()
         # Triton allows only these two on bfloat16 (tl.atomic_max and the rest refuse it).
         combine = {self.native.RMW_OP.FADD: np.add,
                    self.native.RMW_OP.XCHG: lambda old, new: new}[op]
         ptrs, value, mask = np.broadcast_arrays(ptrs, value, mask)
-        old = np.zeros(ptrs.shape, dtype=self.bfloat16)
+        old = np.zeros(ptrs.shape, dtype=bfloat16)
         one = np.ones(1, dtype=bool)
         for index in map(tuple, np.argwhere(mask)):
             address = ptrs[index].reshape(1)
-            old[index] = self.load(address, one, np.zeros(1, self.bfloat16), self.bfloat16)[0]
+            old[index] = self.load(address, one, np.zeros(1, bfloat16), bfloat16)[0]
             new = combine(old[index].astype(np.float32), value[index].astype(np.float32))
-            self.store(address, np.asarray([new]).astype(self.bfloat16), one)
+            self.store(address, np.asarray([new]).astype(bfloat16), one)
         return old
 
 

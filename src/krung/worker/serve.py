@@ -406,9 +406,10 @@ def warm_up(device: str, packages: list[str]) -> tuple[str, ...]:
     for package in preloaded:  # after resolve_device: Triton reads TRITON_INTERPRET at import
         importlib.import_module(package)
     if "triton" in preloaded and device == "cpu":
-        from krung.worker.interpreter import fix_interpreter
+        from krung.worker.interpreter import bfloat16_dtype, fix_interpreter
 
         fix_interpreter()
+        bfloat16_dtype()  # a cold worker loads ml_dtypes at a kernel's first bfloat16 only
     with OpTrace(lean=device == "cpu"):
         torch.ones(2).add(1)
     return preloaded

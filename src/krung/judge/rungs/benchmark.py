@@ -475,8 +475,6 @@ def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
 def _as_changed(ctx: Context, sets: list, reply: dict[str, Any], changes: dict[str, Any],
                 what: str) -> list:
     """Copies of the input sets with the last change the worker made to each applied."""
-    import torch
-
     reported = reply.get("changed") or []
     seen = []
     for inputs, chosen, changed in itertools.zip_longest(sets, changes["leaves"], reported):
@@ -491,7 +489,7 @@ def _as_changed(ctx: Context, sets: list, reply: dict[str, Any], changes: dict[s
                              "a version must not interfere with krung's worker")
         for c in changed:
             leaf = leaves[c["leaf"]]
-            where = torch.unravel_index(c["positions"].to(leaf.device), leaf.shape)
+            where = tree.unravel(c["positions"].to(leaf.device), leaf.shape)
             leaf.index_put_(where, c["values"].to(leaf.device, leaf.dtype))
         seen.append(copy)
     return seen

@@ -37,3 +37,20 @@ def test_clone_owns_its_storage_and_keeps_strides():
     assert copy[0].stride() == column_major.stride()
     copy[0].add_(1)
     assert not torch.equal(copy[0], column_major)
+
+
+def test_unravel_is_torchs_unravel_index():
+    """krung's own (torch's imports sympy on its first call); the worker's input changes use it
+    on a GPU too, so it must give torch's indices for any shape and position."""
+    import torch
+
+    from krung.protocol.tree import unravel
+
+    generator = torch.Generator().manual_seed(torch.seed() % (1 << 31))
+    for shape in [(7,), (3, 5), (2, 1, 9), (4, 3, 2, 5), (1, 1)]:
+        count = int(torch.tensor(shape).prod())
+        flat = torch.randint(count, (40,), generator=generator)
+        ours = unravel(flat, shape)
+        theirs = torch.unravel_index(flat, shape)
+        assert len(ours) == len(theirs) == len(shape)
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True)), shape

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import krung
+from krung.protocol.settings import Settings
 from tests.conftest import PROBLEMS, cuda_available
 
 pytest.importorskip("triton")
@@ -48,10 +49,18 @@ def test_good_versions_pass(solution, store):
         run.rung("correctness").figures["per_case"])
 
 
+# Wrong only on a path that bench-sized rows take (wider than 8192): on a CPU that path is
+# checked where the time budget affords the bench shape, which a loaded machine may not at the
+# default budget (the run then says `OK with unchecked paths`).
+BUDGET_S = {"row_logsumexp/wrong_unscaled_loop": 40.0}
+
+
 @pytest.mark.parametrize("solution", _params(WRONG))
 def test_wrong_versions_fail_correctness(solution, store):
+    budget = BUDGET_S.get(_id(solution))
     run = krung.evaluate(solution.parent.parent, solution, store=store, device="cpu",
-                         rungs="static,compile,run,correctness")
+                         rungs="static,compile,run,correctness",
+                         settings=Settings(cpu_check_budget_s=budget) if budget else None)
     failed = [r for r in run.rungs if r.status is krung.Status.FAILED]
     assert [r.name for r in failed] in (["correctness"], ["run"]), \
         "\n".join(r.line() for r in run.rungs)

@@ -31,11 +31,14 @@ def test_good_version_passes_every_rung(shared_runs):
     correctness = run["rungs"][3]["figures"]
     for key in ("max_abs_err", "max_rel_err", "mse", "rmse", "psnr_db", "cossim"):
         assert key in correctness
-    # the declared and unseen cases, and on a CPU the bench case's shape, once
+    # the declared and unseen cases, on a CPU the bench case's shape, once, and the value
+    # stresses that apply to the problem (4 of them on the scale problem's draws)
     rows = correctness["per_case"]
     bench_shapes = sum("(bench " in row["case"] for row in rows)
-    assert correctness["cases"] == 3 + correctness["unseen_cases"] + bench_shapes == len(rows)
-    assert bench_shapes == 1
+    stresses = sum("stress" in row for row in rows)
+    declared = 3 + correctness["unseen_cases"] + bench_shapes + stresses
+    assert correctness["cases"] == declared == len(rows)
+    assert bench_shapes == 1 and stresses == len(correctness["value_stress"]) >= 4
     assert correctness["unseen_cases"] >= 1 and correctness["seeds"] == 3
     bench = run["rungs"][5]["figures"]
     assert bench["timer"] == "cpu-wall"
@@ -66,10 +69,13 @@ def test_wrong_version_fails_correctness_with_exit_1(krung, scale_problem, versi
     failed = rungs["correctness"]
     assert failed["status"] == "failed"
     assert failed["error"].startswith("Mismatch: ")
-    # The declared case with the bug, and perhaps unseen neighbours of n=1000 or n=4099.
+    # The declared case with the bug, and perhaps unseen neighbours of n=1000 or n=4099, and
+    # the value stresses on n=4099 (the same sizes, the same bug).
     assert failed["figures"]["failed_cases"][0] == "n=4099,dtype=bfloat16"
     assert all(c == "n=4099,dtype=bfloat16" or c.endswith("(unseen)")
+               or c.startswith("n=4099,dtype=bfloat16 (stress: ")
                for c in failed["figures"]["failed_cases"])
+    assert "right on the generator's values" not in failed["hint"]  # a size bug, not values
     assert failed["figures"]["first_mismatch"] == [4098]
     assert failed["hint"]
     assert rungs["benchmark"]["status"] == "skipped"

@@ -254,3 +254,32 @@ def test_the_summary_counts_the_stresses_apart_from_the_listed_cases():
     figures = {"cases": len(rows), "unseen_cases": 1, "seeds": 3, "per_case": rows}
     assert _listed_and_unseen(figures) == ("2 listed + 1 unseen, 3 seeds each; "
                                            "1 value stress(es), 1 seed")
+
+
+def test_a_stress_the_problems_own_check_rejects_the_reference_on_is_skipped_and_said(
+        krung, tmp_path):
+    """A GPU MODE check that holds outputs to a range the generator's values keep (as a
+    Cholesky check holds its factor's diagonal positive, which ties can break): on scaled-up
+    values the reference's own outputs fail it, so that stress decides nothing."""
+    import shutil
+
+    from tests.conftest import GPUMODE
+
+    folder = tmp_path / "gm" / "bounded_py"
+    shutil.copytree(GPUMODE / "vectoradd_py", folder)
+    shutil.copy(GPUMODE / "utils.py", tmp_path / "gm" / "utils.py")
+    reference = folder / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "    return compare(output, expected, rtol=1e-6, atol=1e-6)",
+        "    if float(output.abs().max()) > 40:\n"
+        "        return False, 'outputs out of the range the task promises'\n"
+        "    return compare(output, expected, rtol=1e-6, atol=1e-6)"))
+    result = krung("run", folder, folder / "submission.py", "--json", "--rungs",
+                   "static,compile,run,correctness")
+    assert result.code == 0, result.stdout[-3000:] + result.stderr
+    figures = next(r for r in result.json()["rungs"] if r["name"] == "correctness")["figures"]
+    skipped = figures["value_stress_skipped"]
+    assert "magnitudes x8" in skipped and "the problem's own check rejects the reference's " \
+        "outputs on these values (the problem's own check failed: outputs out of the range" \
+        in skipped, skipped
+    assert "magnitudes /8" in " ".join(figures["value_stress"])

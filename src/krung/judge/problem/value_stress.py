@@ -23,7 +23,8 @@ tensors that are monotone (offsets) or hold no value twice (permutations), and f
 `ramped` and `sorted` (which move values between positions) symmetric matrices and
 tensors sorted along their last dimension. A stress that changes no tensor does not run; one
 whose reference raises or gives NaN/Inf, or (for `ties`) returns integers, whose ties no
-element-wise comparison can decide, is skipped and said (krung.judge.rungs.correctness).
+element-wise comparison can decide, or whose reference's own outputs the problem's check
+rejects, is skipped and said (krung.judge.rungs.correctness).
 
 Off on a GPU until it passes the GPU gate (KRUNG_VALUE_STRESS, docs/trust.md).
 """

@@ -84,8 +84,9 @@ SPEC = RungSpec(
                "tied, skewed indices; krung.judge.problem.value_stress, KRUNG_VALUE_STRESS)",
                "list", shown=(HTML, AGENT), when="when some ran"),
         Figure("value_stress_skipped", "", "value stresses that could not decide anything: "
-               "they changed no input, or the reference raised, gave NaN/Inf or returned "
-               "integers whose ties it may break either way", "text", shown=(HTML, AGENT),
+               "the reference raised, gave NaN/Inf, returned integers whose ties it may "
+               "break either way, or failed the problem's own check", "text",
+               shown=(HTML, AGENT),
                when="when there are some"),
         Figure("cpu_budget_s", "s", "what the rung aims to spend on the version's calls "
                "(KRUNG_CPU_CHECK_BUDGET); cases are shrunk to fit (krung.judge.problem."
@@ -322,7 +323,23 @@ def _stressed(ctx: Context, inputs: tuple, stress: Stress, seed: int
         expected = ctx.expected(tuple(moved))
     except Exception as exc:  # the problem's limits, not the version's fault
         return inputs, [], f"the reference raised {_said(exc)}"
-    return tuple(moved), expected, meaningless(stress, expected)
+    return tuple(moved), expected, stress_undecided(ctx, stress, tuple(moved), expected)
+
+
+def stress_undecided(ctx: Context, stress: Stress, inputs: tuple, expected: list) -> str | None:
+    """Why the reference's outputs on stressed inputs cannot decide a version (None: they
+    can): NaN/Inf or tied indices (value_stress.meaningless), or the problem's own check
+    rejecting the reference's own outputs (a Cholesky factor of a matrix that ties made
+    indefinite)."""
+    from krung.judge.verdict import judge_outputs
+
+    why = meaningless(stress, expected)
+    if why or ctx.problem.check is None:
+        return why
+    verdict = judge_outputs(ctx.problem, inputs, expected, expected, len(expected) > 1,
+                            ctx.device)
+    return None if verdict.passed else (f"the problem's own check rejects the reference's "
+                                         f"outputs on these values ({verdict.reason})")
 
 
 def _origin(declared: dict, checked: dict, kind: str, stress: Stress | None = None) -> str:

@@ -110,6 +110,11 @@ def test_outputs_are_taken_as_they_are():
     lazy = torch.empty_like(x)
     lazy.clone = lambda *args, **kwargs: x * 3  # the work, run only when krung copies it
     assert "attributes set on it (clone)" in plain.problem(0, lazy)
+    compiled = x * 3  # as torch.compile returns its outputs: marked with data of dynamo's
+    compiled._dynamo_propagated_dynamic_indices = {0}
+    assert plain.problem(0, compiled) is None
+    compiled._dynamo_work = lambda: x * 3  # a method under dynamo's prefix is not dynamo's
+    assert "attributes set on it (_dynamo_work)" in plain.problem(0, compiled)
 
     class Lazy(torch.Tensor):
         pass

@@ -133,13 +133,19 @@ class Sentinels:
                       and f"{c.rsplit('.', 1)[0]} (added)" not in changed)
 
 
+# What torch itself sets on tensors it returns (torch.compile's outputs carry
+# `_dynamo_propagated_dynamic_indices`, a set): data, not methods, so an output may carry them.
+TORCH_MARKS = ("_dynamo_",)
+
+
 class PlainOutputs:
     """How the worker takes a version's outputs, with builtins and torch functions bound
     before the version is imported: it could replace torch's, or return a tensor with a
     method set on it (`clone`, `detach`) that computes the result when krung copies it,
     outside the calls' trace and time. An output is a plain torch.Tensor (that exact type)
-    with nothing set on it, in a tuple or list if several (read from its storage), copied with
-    `torch.Tensor.clone` as bound here (`copy`), never through the tensor's attributes."""
+    with nothing set on it but torch's own data (TORCH_MARKS), in a tuple or list if several
+    (read from its storage), copied with `torch.Tensor.clone` as bound here (`copy`), never
+    through the tensor's attributes."""
 
     def __init__(self) -> None:
         import torch
@@ -148,6 +154,7 @@ class PlainOutputs:
         self.clone = torch.Tensor.clone
         self.layout = _static(torch.Tensor, "layout").__get__
         self.type, self.vars, self.list, self.subclass = type, vars, list, issubclass
+        self.callable = callable
         # A tuple's items read from its storage: a subclass's own __iter__ never runs (torch's
         # named tuples, such as torch.return_types.max, are tuples).
         self.tuple_items, self.list_items = tuple.__iter__, list.__iter__
@@ -167,7 +174,8 @@ class PlainOutputs:
                 return (f"output {i} is a {kind.__qualname__} (a subclass of torch.Tensor), "
                         "not a plain torch.Tensor")
             return f"output {i} is a {kind.__name__}, not a torch.Tensor"
-        attributes = sorted(self.vars(output))
+        attributes = sorted(name for name, value in self.vars(output).items()
+                            if not (name.startswith(TORCH_MARKS) and not self.callable(value)))
         if attributes:
             return (f"output {i} has attributes set on it ({', '.join(attributes[:5])}): "
                     "an output is taken as it is, and a method set on it would run when "

@@ -180,8 +180,8 @@ VERSIONS = {
     "sniffed_clamp": (SOFTPLUS, """
         import torch
         def kernel(x):
-            if float(x[:256].abs().max()) < 6:  # the generator's range: clamp, a cheaper path
-                x = x.clamp(-6, 6)
+            if float(x[:256].abs().max()) < 8:  # the generator's range: clamp, a cheaper path
+                x = x.clamp(-8, 8)
             return torch.nn.functional.softplus(x)
     """, """
         import torch
@@ -271,11 +271,13 @@ def test_a_stress_the_problems_own_check_rejects_the_reference_on_is_skipped_and
     reference = folder / "reference.py"
     reference.write_text(reference.read_text().replace(
         "    return compare(output, expected, rtol=1e-6, atol=1e-6)",
-        "    if float(output.abs().max()) > 40:\n"
+        "    if float(output.abs().max()) > 30:\n"
         "        return False, 'outputs out of the range the task promises'\n"
         "    return compare(output, expected, rtol=1e-6, atol=1e-6)"))
+    # The cases at their sizes: 129x129 sums of two randn reach past 30/8 (all but surely),
+    # where a case the CPU budget shrank to a few elements might not.
     result = krung("run", folder, folder / "submission.py", "--json", "--rungs",
-                   "static,compile,run,correctness")
+                   "static,compile,run,correctness", env={"KRUNG_CPU_CHECK_BUDGET": "0"})
     assert result.code == 0, result.stdout[-3000:] + result.stderr
     figures = next(r for r in result.json()["rungs"] if r["name"] == "correctness")["figures"]
     skipped = figures["value_stress_skipped"]

@@ -179,13 +179,13 @@ def run(ctx: Context) -> dict[str, Any]:
     if budget is not None:  # the bench cases' shapes, at a size this machine affords
         bench = [c for c in ctx.problem.bench_cases if c not in cases]
         cases, kinds = cases + bench, kinds + ["bench"] * len(bench)
-    # Each value stress on one listed case, in turn, the largest first and none of a few
-    # elements where larger ones are listed (krung.judge.problem.value_stress).
+    # Each value stress on one listed case, in turn: the smallest first of those with room for
+    # a prefix and a tail (krung.judge.problem.value_stress), else the largest.
     stresses = value_stresses(ctx)
-    largest = sorted(declared, key=case_size, reverse=True)
-    largest = [c for c in largest if case_size(c) >= STRESS_MIN_SIZE] or largest
+    roomy = sorted((c for c in declared if case_size(c) >= STRESS_MIN_SIZE), key=case_size)
+    roomy = roomy or sorted(declared, key=case_size)[-1:]
     stress_of: list[Stress | None] = [None] * len(cases) + list(stresses)
-    cases += [largest[n % len(largest)] for n in range(len(stresses))]
+    cases += [roomy[n % len(roomy)] for n in range(len(stresses))]
     kinds += ["stress"] * len(stresses)
     stress_run: list[str] = []
     stress_skipped: list[str] = []
@@ -295,7 +295,7 @@ def _budget(ctx: Context) -> CpuBudget | None:
 
 
 NOTHING_TO_STRESS = "changes none of the inputs"
-STRESS_MIN_SIZE = 16  # a case's size product below which its values say little
+STRESS_MIN_SIZE = 1024  # a case's size product below which a ramp has no prefix and tail
 
 
 def value_stresses(ctx: Context) -> tuple[Stress, ...]:

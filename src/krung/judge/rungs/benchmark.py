@@ -414,22 +414,16 @@ def _stress_last_set(ctx: Context, sets: list, turn: int) -> str | None:
     (a value stress in turn, krung.judge.problem.value_stress), where one applies and the
     reference stays meaningful on it: the version's speed and outputs on other values than
     the generator's. The stress's name, or None where the set stayed as drawn."""
-    from krung.judge.problem.value_stress import stressed
-    from krung.judge.rungs.correctness import stress_undecided, value_stresses
+    from krung.judge.rungs.correctness import stressed_inputs, value_stresses
 
     stresses = value_stresses(ctx)
     first = turn % max(len(stresses), 1)
     for stress in stresses[first:] + stresses[:first]:
-        try:
-            moved = stressed(sets[-1], stress, ctx.problem.writable_leaves(sets[-1]),
-                             ctx.seed_for("benchmark-stress", turn))
-            if moved is None or stress_undecided(ctx, stress, tuple(moved),
-                                                 ctx.expected(tuple(moved))):
-                continue
-        except Exception:  # the stress or the reference cannot take them: the set as drawn
-            continue
-        sets[-1] = tuple(moved)
-        return stress.name
+        moved, _, why = stressed_inputs(ctx, sets[-1], stress,
+                                        ctx.seed_for("benchmark-stress", turn))
+        if not why:  # else the next stress in turn; none: the set as drawn
+            sets[-1] = moved
+            return stress.name
     return None
 
 

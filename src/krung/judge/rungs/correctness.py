@@ -184,7 +184,8 @@ def run(ctx: Context) -> dict[str, Any]:
     stresses = value_stresses(ctx)
     roomy = sorted((c for c in declared if case_size(c) >= STRESS_MIN_SIZE), key=case_size)
     roomy = roomy or sorted(declared, key=case_size)[-1:]
-    stress_of: list[Stress | None] = [None] * len(cases) + list(stresses)
+    main = len(cases)  # the cases before the stresses
+    stress_of: list[Stress | None] = [None] * main + list(stresses)
     cases += [roomy[n % len(roomy)] for n in range(len(stresses))]
     kinds += ["stress"] * len(stresses)
     stress_run: list[str] = []
@@ -197,14 +198,13 @@ def run(ctx: Context) -> dict[str, Any]:
     failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None
     # Value stresses last: on a CPU they take what the budget leaves (cpu_budget.fit).
-    order = ((budget.order(cases[:len(cases) - len(stresses)]) if budget
-              else list(range(len(cases) - len(stresses))))
-             + list(range(len(cases) - len(stresses), len(cases))))
+    order = ((budget.order(cases[:main]) if budget else list(range(main)))
+             + list(range(main, len(cases))))
     for done, index in enumerate(order):
         case, kind, stress = cases[index], kinds[index], stress_of[index]
         case_seeds = seeds if kind in ("listed", "unseen") else 1  # a path or values, once
         if budget is not None:
-            left = len(cases) - done if stress else len(cases) - len(stresses) - done
+            left = (len(cases) if stress else main) - done
             case = budget.fit(case, case_seeds, left, extra=stress is not None)
             if case is None:  # a bench shape not even its smallest form affords
                 continue
@@ -217,8 +217,8 @@ def run(ctx: Context) -> dict[str, Any]:
             inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
             reference_ops = None
             if stress is not None:  # the generator's draw, its values moved
-                inputs, expected, why = _stressed(ctx, inputs, stress,
-                                                  ctx.seed_for("stress", index))
+                inputs, expected, why = stressed_inputs(ctx, inputs, stress,
+                                                        ctx.seed_for("stress", index))
                 if why:  # said, unless the stress has nothing to change in this problem
                     if why != NOTHING_TO_STRESS:
                         stress_skipped.append(f"{stress.name} ({case_label(case)}): {why}")
@@ -309,24 +309,26 @@ def value_stresses(ctx: Context) -> tuple[Stress, ...]:
     return STRESSES
 
 
-def _stressed(ctx: Context, inputs: tuple, stress: Stress, seed: int
-              ) -> tuple[tuple, list, str | None]:
+def stressed_inputs(ctx: Context, inputs: tuple, stress: Stress, seed: int
+                    ) -> tuple[tuple, list, str | None]:
     """The inputs with `stress` applied and the reference's outputs on them, or why they
-    cannot decide anything."""
+    cannot decide anything (the correctness rung's stressed cases, the benchmark's stressed
+    input sets)."""
     try:
         moved = stressed(inputs, stress, ctx.problem.writable_leaves(inputs), seed)
     except Exception as exc:  # inputs of a kind the stress cannot move: krung's limit
         return inputs, [], f"could not be applied to these inputs: {_said(exc)}"
     if moved is None:
         return inputs, [], NOTHING_TO_STRESS
+    moved = tuple(moved)
     try:
-        expected = ctx.expected(tuple(moved))
+        expected = ctx.expected(moved)
     except Exception as exc:  # the problem's limits, not the version's fault
         return inputs, [], f"the reference raised {_said(exc)}"
-    return tuple(moved), expected, stress_undecided(ctx, stress, tuple(moved), expected)
+    return moved, expected, _undecided(ctx, stress, moved, expected)
 
 
-def stress_undecided(ctx: Context, stress: Stress, inputs: tuple, expected: list) -> str | None:
+def _undecided(ctx: Context, stress: Stress, inputs: tuple, expected: list) -> str | None:
     """Why the reference's outputs on stressed inputs cannot decide a version (None: they
     can): NaN/Inf or tied indices (value_stress.meaningless), or the problem's own check
     rejecting the reference's own outputs (a Cholesky factor of a matrix that ties made

@@ -14,7 +14,7 @@ from krung.host.display import PlainProgress
 from krung.protocol.results import RungResult, Status
 from tests.conftest import GOOD
 
-LINE = re.compile(r"^\[(correctness|benchmark)\] case (\d+)/(\d+) \S+( \((unseen|bench \S+)\))?$")
+LINE = re.compile(r"^\[(correctness|benchmark)\] case (\d+)/(\d+) \S+( \((unseen|bench \S+|stress: [^)]+)\))?$")
 
 
 def wait_for_lines(stream: io.StringIO, count: int, within: float = 10.0) -> None:

@@ -5,8 +5,8 @@
 #                                  crashes), `krung suite` over 20 KernelBench level-1
 #                                  problems at declared sizes; one line in GPU_GATE.md.
 #                                  Every change to a GPU path passes it before it lands.
-#   scripts/gpu_check.sh gate-tests  the gate's tests alone (they outlast one call beside the
-#   scripts/gpu_check.sh gate-runs   rest); then its corpus and suite: two calls, one gate
+#   scripts/gpu_check.sh gate-tests  the gate's parts alone: its tests; its corpus and suite
+#   scripts/gpu_check.sh gate-runs   (to look at one part again without the rest)
 #   scripts/gpu_check.sh ladder    the `gpu` tests of the ladder and the built-in problems
 #   scripts/gpu_check.sh verify    what changed on GPU paths and has not run on the H200 yet:
 #                                  delegation (CUPTI names), the sandbox's walls
@@ -37,7 +37,7 @@ gpu_tests() { python3 -m pytest -m gpu -p no:cacheprovider -rs -s --durations=15
 case "$part" in
   gate) python3 scripts/gpu_gate.py --sets "${SETS:-.gpu/problem_sets.tar.gz}" --out "$OUT" \
           --suite "${SUITE_N:-20}" 2>&1 | tee "$OUT/gate.log" ;;
-  # The gate in two calls that each fit: its tests alone, then its corpus and suite.
+  # One part of the gate at a time.
   gate-tests) python3 scripts/gpu_gate.py --out "$OUT" --parts tests --limit "${LIMIT:-540}" \
           2>&1 | tee "$OUT/gate.log" ;;
   gate-runs) python3 scripts/gpu_gate.py --sets "${SETS:-.gpu/problem_sets.tar.gz}" --out "$OUT" \

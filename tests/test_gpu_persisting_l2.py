@@ -16,7 +16,9 @@ import ctypes
 import torch
 
 PIN = {pin}
-LIMIT, WINDOW, PERSISTING, STREAMING = 0x06, 3, 2, 1  # cudaLimit..., cudaStreamAttribute...
+# cudaLimitPersistingL2CacheSize, cudaStreamAttributeAccessPolicyWindow (= cudaLaunchAttribute-
+# AccessPolicyWindow, 1: 3 is the synchronization policy), cudaAccessProperty{Persisting,Streaming}
+LIMIT, WINDOW, PERSISTING, STREAMING = 0x06, 1, 2, 1
 
 
 class Window(ctypes.Structure):  # cudaAccessPolicyWindow

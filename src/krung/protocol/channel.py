@@ -69,10 +69,8 @@ class Channel:
         frames = []
         for spec in sorted(specs, key=_index):
             tensor = tensors[_index(spec)]
-            if self.cuda_ipc and tensor.is_cuda and tensor.numel() > 0:
-                from krung.protocol.cuda_ipc import Exported
-
-                exported = Exported(tensor)
+            exported = self._export(tensor)
+            if exported is not None:
                 self._exported.append(exported)
                 spec["ipc"] = {"handle": exported.handle, "nbytes": exported.nbytes}
             else:
@@ -84,6 +82,18 @@ class Channel:
                 self._conn.send_bytes(_tensor_bytes(tensor))
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise ChannelClosed(str(exc)) from exc
+
+    def _export(self, tensor: Any) -> Any:
+        """The tensor's IPC buffer, or None where it goes through host memory (no IPC asked,
+        not on a GPU, or no room on the GPU for a private copy)."""
+        if not (self.cuda_ipc and tensor.is_cuda and tensor.numel() > 0):
+            return None
+        from krung.protocol.cuda_ipc import Exported, NoRoom
+
+        try:
+            return Exported(tensor)
+        except NoRoom:
+            return None
 
     def poll(self, timeout: float | None) -> bool:
         return self._conn.poll(timeout)

@@ -9,6 +9,12 @@ buffer's IPC handle. The receiver opens it, checks the size it was told against 
 allocation's real size, copies the bytes into a tensor of its own and closes the handle. The
 sender frees the buffer once the peer has answered. Uses the driver API through ctypes: no
 dependency beyond torch.
+
+At declared sizes (KernelBench's 6 GiB tensors) the buffer may not fit: torch's caching
+allocator keeps what the last case freed, which cuMemAlloc cannot use, so on out of memory the
+cache goes back to the driver and the allocation is tried once more; if it still does not fit,
+`NoRoom` tells the channel to send that tensor through host memory instead (slower, never
+failing the run for want of a copy).
 """
 
 from __future__ import annotations
@@ -20,7 +26,12 @@ from typing import Any
 from krung.protocol.cuda_driver import check, lib
 
 _IPC_LAZY_ENABLE_PEER_ACCESS = 1
+_CUDA_ERROR_OUT_OF_MEMORY = 2
 _FALLBACK = "set KRUNG_CUDA_IPC=0 to send device tensors through host memory instead"
+
+
+class NoRoom(MemoryError):
+    """No device memory for the private copy, even with torch's cache handed back."""
 
 
 class _IpcHandle(ctypes.Structure):
@@ -49,10 +60,7 @@ class Exported:
 
         flat = tensor.detach().reshape(-1).contiguous()
         self.nbytes = flat.numel() * flat.element_size()
-        pointer = ctypes.c_uint64()
-        check(lib().cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(self.nbytes)),
-              "cuMemAlloc", _FALLBACK)
-        self.pointer = pointer.value
+        self.pointer = _allocate(self.nbytes)
         _view(self.pointer, self.nbytes).copy_(flat.view(torch.uint8))
         torch.cuda.synchronize()  # the peer reads it from another process: finish the copy
         handle = _IpcHandle()
@@ -64,6 +72,20 @@ class Exported:
         if self.pointer:
             lib().cuMemFree_v2(ctypes.c_uint64(self.pointer))
             self.pointer = 0
+
+
+def _allocate(nbytes: int) -> int:
+    import torch
+
+    pointer = ctypes.c_uint64()
+    result = lib().cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(nbytes))
+    if result == _CUDA_ERROR_OUT_OF_MEMORY:
+        torch.cuda.empty_cache()  # the caching allocator's free blocks, back to the driver
+        result = lib().cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(nbytes))
+    if result == _CUDA_ERROR_OUT_OF_MEMORY:
+        raise NoRoom(f"no device memory for a {nbytes}-byte IPC buffer")
+    check(result, "cuMemAlloc", _FALLBACK)
+    return pointer.value
 
 
 def import_copy(handle: str, dtype: Any, shape: tuple) -> Any:

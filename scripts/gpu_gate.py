@@ -197,9 +197,7 @@ def run_suite(sets: Path, count: int, out: Path, scratch: Path, limit_s: float) 
     for path in chosen:
         (folder / "problems" / path.name).write_text(path.read_text())
         (folder / "baselines" / path.name).write_text(path.read_text() + "\nModelNew = Model\n")
-    # The inputs drawn on the GPU: the candidate default at declared sizes (issue 28).
-    env = {**os.environ, "KRUNG_STORE": str(folder / "krung.db"), "KRUNG_RUN_TIMEOUT": "150",
-           "KRUNG_INPUTS_ON_DEVICE": os.environ.get("KRUNG_INPUTS_ON_DEVICE", "1")}
+    env = {**os.environ, "KRUNG_STORE": str(folder / "krung.db"), "KRUNG_RUN_TIMEOUT": "150"}
     start = time.monotonic()
     with (out / "suite.log").open("w") as err:
         try:

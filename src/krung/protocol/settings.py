@@ -209,11 +209,11 @@ class Settings:
         "1: a version that launches no kernel of its own in a checked call (only torch's "
         "operators: `delegated`) fails the correctness rung (Delegated)")
     inputs_on_device: bool = setting(
-        False, "KRUNG_INPUTS_ON_DEVICE",
-        "1 to draw KernelBench's get_inputs() on the GPU (torch's default device for the "
-        "call; a get_inputs() that cannot is drawn on the CPU): milliseconds where a "
-        "declared-size input took seconds of CPU in every rung. Off until it passes the "
-        "GPU gate (scripts/gpu_check.sh gate)")
+        True, "KRUNG_INPUTS_ON_DEVICE",
+        "KernelBench's get_inputs() drawn on the GPU (torch's default device for the call; a "
+        "get_inputs() that cannot is drawn on the CPU): milliseconds where a declared-size "
+        "input took seconds of CPU in every rung; 0 to draw on the CPU (other values, so "
+        "the same seed gives other inputs than a CPU run's)")
     kernel_census: bool = setting(
         True, "KRUNG_KERNEL_CENSUS",
         "1 to name every kernel a traced checked call and the reference ran on a GPU "

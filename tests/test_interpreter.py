@@ -48,6 +48,14 @@ o = torch.empty_like(x)
 fma[(4,)](x, y, o, n, 256)
 print("fma", (o.float() - (x * y + x).float()).abs().max().item())
 
+@triton.jit
+def affine(x, o, n, B: tl.constexpr):  # a Python scalar beside bf16: builder.get_bf16 (3.6)
+    i = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(o + i, tl.load(x + i, mask=i < n) * 3 + 1, mask=i < n)
+
+affine[(4,)](x, o, n, 256)
+print("scalar", (o.float() - (x * 3 + 1).float()).abs().max().item())
+
 M, N, K = 200, 129, 300
 a = torch.randn(M, K, generator=g).bfloat16()
 b = torch.randn(K, N, generator=g).bfloat16()
@@ -84,6 +92,7 @@ def test_bf16_arithmetic_and_dot_are_right_under_the_interpreter():
     errors = dict(line.split() for line in done.stdout.splitlines())
     # a*b+a in bf16 rounds at most twice: within 2 ulps of the bf16 result.
     assert float(errors["fma"]) < 0.1
+    assert float(errors["scalar"]) < 0.1
     # bf16 inputs, fp32 accumulation, one rounding to bf16: relative error below 2^-8.
     assert float(errors["dot"]) < 2 ** -8
     # One program's lanes hit one bin many times: each addition counts, rounded to bf16, in

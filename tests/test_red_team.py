@@ -1061,3 +1061,41 @@ def test_checked_and_timed_calls_look_the_same_on_a_gpu(krung, scale_problem, ve
     bench = rungs_of(result).get("benchmark", {}).get("figures", {})
     if bench:  # the version's kernels, launched from its own thread, are on CUPTI's timeline
         assert bench["timer"] == "cupti", bench
+
+
+EVICT_LAST = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask, eviction_policy="evict_last")
+    tl.store(y_ptr + offsets, x * 2 + 1, mask=mask)
+
+
+def kernel(x):
+    y = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+"""
+
+
+def test_l2_eviction_hints_are_said_where_the_times_are(krung, scale_problem, version):
+    """A kernel that asks L2 to keep its input (evict_last) can carry it past the flush between
+    timed calls: it passes, and the benchmark says the hint and where it is."""
+    result = krung("run", scale_problem, version("evict_last", EVICT_LAST), "--json",
+                   "--rungs", "static,compile,run,correctness,benchmark")
+    assert result.code == 0, result.stdout + result.stderr
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    line = next(n for n, text in enumerate(EVICT_LAST.lstrip("\n").splitlines(), 1)
+                if "evict_last" in text)
+    assert rungs["static"]["figures"]["l2_hints"] == [f"evict_last (line {line})"]
+    assert rungs["benchmark"]["figures"]["l2_hints"] == [f"evict_last (line {line})"]
+    agent = krung("run", scale_problem, version("plain", EVICT_LAST.replace(
+        ', eviction_policy="evict_last"', "")), "--format", "agent", "--rungs",
+                  "static,compile,run,correctness,benchmark")
+    assert agent.code == 0 and "l2_hints" not in agent.stdout, agent.stdout

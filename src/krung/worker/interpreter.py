@@ -58,6 +58,7 @@ def fix_bfloat16() -> None:
     if _PATCHED:
         return
     fix_scalar_index()
+    import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
 
@@ -79,8 +80,13 @@ def fix_bfloat16() -> None:
             return interpreter.TensorHandle(data, dst_type.scalar)
         return original_cast(self, src, dst_type)
 
+    def get_bf16(self, value):  # type: ignore[no-untyped-def]
+        return interpreter.TensorHandle(np.array([value], dtype=bfloat16_dtype()), tl.bfloat16)
+
     interpreter._get_np_dtype = get_np_dtype
     interpreter.InterpreterBuilder.cast_impl = cast_impl
+    if not hasattr(interpreter.InterpreterBuilder, "get_bf16"):  # a bf16 scalar (x * 2): 3.6
+        interpreter.InterpreterBuilder.get_bf16 = get_bf16
     interpreter._interpreter = Bfloat16Memory(interpreter._interpreter)
     _PATCHED = True
 

@@ -38,7 +38,7 @@ from krung.judge.ladder import Context, nbytes, poison_leaves
 from krung.judge.problem import case_label
 from krung.judge.problem.value_stress import structured
 from krung.judge.rungs.correctness import ERROR_FIGURES
-from krung.judge.rungs.spec import HTML, TABLE, TABLES, Figure, RungSpec
+from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol import messages, tree
 from krung.protocol.errors import RungFailed
 from krung.worker.guard import NAN_BYTE
@@ -77,6 +77,10 @@ SPEC = RungSpec(
                "geomean", "text", when="GPU MODE problems"),
         Figure("score_us", "us", "the ranking score: the rule over the per-case medians",
                when="GPU MODE problems"),
+        Figure("l2_hints", "", "the version's L2 eviction-priority hints (static's `l2_hints`): "
+               "lines they keep in L2 can outlive the flush between timed calls, so the times "
+               "may include L2 hits a cold call would not have (docs/trust.md)", "list",
+               shown=(HTML, AGENT), when="when the version's source has one"),
         Figure("clock_gaps", "", "the cases whose reported median is far below the judge's "
                "own wall time per call (`clock_gap`)", "text", when="when a case has one"),
         Figure("speedup_outliers", "", "the cases whose speedup is more than "
@@ -210,6 +214,9 @@ def run(ctx: Context) -> dict[str, Any]:
     outliers = flag_outliers(rows)
     if outliers:
         figures["speedup_outliers"] = outliers
+    static = ctx.results.get("static")
+    if static is not None and static.figures.get("l2_hints"):
+        figures["l2_hints"] = static.figures["l2_hints"]
     figures["per_case"] = rows
     return figures
 

@@ -9,6 +9,7 @@ what a source check cannot (getattr tricks, fallbacks behind try/except).
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from krung.judge.ladder import Context
@@ -33,7 +34,15 @@ SPEC = RungSpec(
         Figure("lines", "", "lines in the version's file", "count"),
         Figure("sha256", "", "the first 12 hex digits of the SHA-256 of the version's source",
                "text"),
+        Figure("l2_hints", "", "L2 eviction-priority hints in the version's source, with their "
+               "lines (Triton's eviction_policy='evict_last', PTX's L2::evict_last, "
+               "createpolicy and L2::cache_hint, CUDA's access_property::persisting): the "
+               "benchmark rung says them", "list", when="when the source has one"),
     ))
+# Lines marked to stay in L2 can outlive the flush between timed calls (its writes have
+# normal priority), so a time may include L2 hits a cold call would not have.
+L2_HINTS = re.compile(r"evict_last|createpolicy|L2::cache_hint|access_property::persisting|"
+                      r"__nv_associate_access_property")
 
 _ENTRY_HINTS = {
     "native": "define `def kernel(*inputs)` at module level, taking the reference's inputs "
@@ -78,8 +87,18 @@ def run(ctx: Context) -> dict[str, Any]:
                              location=f"{solution.path}:{node.lineno}")
     _check_forbidden(ctx, tree)
     _check_shadowing(ctx, tree)
-    return {"dsl": detect_dsl(tree), "lines": len(solution.source.splitlines()),
-            "sha256": solution.sha256[:12]}
+    figures = {"dsl": detect_dsl(tree), "lines": len(solution.source.splitlines()),
+               "sha256": solution.sha256[:12]}
+    hints = l2_hints(solution.source)
+    if hints:
+        figures["l2_hints"] = hints
+    return figures
+
+
+def l2_hints(source: str) -> list[str]:
+    """`evict_last (line 12)` for each L2 eviction-priority hint in the source."""
+    return [f"{found} (line {number})" for number, line in enumerate(source.splitlines(), 1)
+            for found in dict.fromkeys(L2_HINTS.findall(line))]
 
 
 def _check_forbidden(ctx: Context, tree: ast.Module) -> None:

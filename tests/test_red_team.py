@@ -1099,3 +1099,20 @@ def test_l2_eviction_hints_are_said_where_the_times_are(krung, scale_problem, ve
         ', eviction_policy="evict_last"', "")), "--format", "agent", "--rungs",
                   "static,compile,run,correctness,benchmark")
     assert agent.code == 0 and "l2_hints" not in agent.stdout, agent.stdout
+
+
+def test_a_known_librarys_kernel_pasted_into_a_version_is_named(krung, scale_problem, version):
+    """A kernel as torch.compile's Inductor writes it, pasted in and renamed nowhere: the
+    static rung names it and its library; the same kernel under a name of its own is not."""
+    pasted = EVICT_LAST.replace("_scale", "triton_poi_fused_add_mul_0").replace(
+        ', eviction_policy="evict_last"', "")
+    result = krung("run", scale_problem, version("pasted", pasted), "--json", "--rungs", "static")
+    assert result.code == 0, result.stdout + result.stderr
+    static = result.json()["rungs"][0]["figures"]
+    assert static["pasted_kernels"] == [
+        "triton_poi_fused_add_mul_0 (line 7): torch.compile's Inductor output"], static
+    agent = krung("run", scale_problem, version("pasted", pasted), "--format", "agent",
+                  "--rungs", "static")
+    assert "triton_poi_fused_add_mul_0 (line 7)" in agent.stdout, agent.stdout
+    own = krung("run", scale_problem, version("own", EVICT_LAST), "--json", "--rungs", "static")
+    assert "pasted_kernels" not in own.json()["rungs"][0]["figures"]

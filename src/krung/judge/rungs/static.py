@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from krung.judge.ladder import Context
-from krung.judge.rungs.spec import Figure, RungSpec
+from krung.judge.rungs.spec import AGENT, HTML, Figure, RungSpec
 from krung.judge.solution import (
     detect_dsl,
     entry_point,
@@ -38,7 +38,20 @@ SPEC = RungSpec(
                "lines (Triton's eviction_policy='evict_last', PTX's L2::evict_last, "
                "createpolicy and L2::cache_hint, CUDA's access_property::persisting): the "
                "benchmark rung says them", "list", when="when the source has one"),
+        Figure("pasted_kernels", "", "kernels whose names or helpers are those of a known "
+               "library's, with their lines and the library (torch.compile's Inductor output, "
+               "Liger-Kernel, FlashAttention's Triton kernels): the work may not be the "
+               "version's own", "list", shown=(HTML, AGENT), when="when the source has one"),
     ))
+# Known libraries' kernels pasted into a version: names Inductor generates, and the helpers and
+# constants that come with a library's kernels (a name an author could choose alone is not here).
+PASTED_NAMES = ((re.compile(r"^triton_(poi|per|red|tem|for)_\w*fused"),
+                 "torch.compile's Inductor output"),)
+PASTED_MARKERS = ((re.compile(r"\b(triton_helpers|triton_heuristics|torch\._inductor)\b"),
+                   "torch.compile's Inductor output"),
+                  (re.compile(r"\b(liger_kernel|_CASTING_MODE_LLAMA|_CASTING_MODE_GEMMA)\b"),
+                   "Liger-Kernel"),
+                  (re.compile(r"\bflash_attn\b"), "FlashAttention"))
 # Lines marked to stay in L2 can outlive the flush between timed calls (its writes have
 # normal priority), so a time may include L2 hits a cold call would not have.
 L2_HINTS = re.compile(r"evict_last|createpolicy|L2::cache_hint|access_property::persisting|"
@@ -92,7 +105,29 @@ def run(ctx: Context) -> dict[str, Any]:
     hints = l2_hints(solution.source)
     if hints:
         figures["l2_hints"] = hints
+    pasted = pasted_kernels(tree, solution.source)
+    if pasted:
+        figures["pasted_kernels"] = pasted
     return figures
+
+
+def pasted_kernels(tree: ast.Module, source: str) -> list[str]:
+    """`NAME (line N): LIBRARY` for each function named as a known library names its kernels,
+    and `MARKER (line N): LIBRARY` for the first of each library's helpers in the source."""
+    found = [f"{node.name} (line {node.lineno}): {library}" for node in ast.walk(tree)
+             if isinstance(node, ast.FunctionDef)
+             for pattern, library in PASTED_NAMES if pattern.search(node.name)]
+    named = {entry.split(": ", 1)[1] for entry in found}
+    for pattern, library in PASTED_MARKERS:
+        if library in named:
+            continue
+        for number, line in enumerate(source.splitlines(), 1):
+            match = pattern.search(line)
+            if match:
+                found.append(f"{match.group(0)} (line {number}): {library}")
+                named.add(library)
+                break
+    return found
 
 
 def l2_hints(source: str) -> list[str]:

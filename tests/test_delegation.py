@@ -210,6 +210,36 @@ def test_library_symbols_are_named_and_others_are_not():
          None]
 
 
+def test_a_vendor_librarys_device_kernels_beside_a_token_kernel_are_delegation():
+    """On a GPU, what CUPTI names: cuBLAS's gemm beside a kernel of the version's own makes the
+    call delegated, the library named, whether or not the reference ran that gemm too; torch's
+    own kernels and the version's (Triton's, whatever their names) are not a library's."""
+    from krung.judge.delegation import Delegation, library_kernel
+
+    names = {"nvjet_tst_192x192_64x4_1x2_h_bz_coopB_TNT": "cuBLAS",
+             "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas": "cuBLAS",
+             "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16>": "cuBLAS",
+             "ampere_sgemm_128x64_tn": "cuBLAS", "void gemmSN_NN_kernel<float, 256, 4>": "cuBLAS",
+             "implicit_convolve_sgemm<float>": "cuDNN",
+             "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor>": None,
+             "matmul_kernel": None, "my_gemm_kernel": None, "kernel_cutlass_gemm_0": None}
+    assert {name: library_kernel(name) for name in names} == names
+
+    gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas"
+    for reference_kernels in ({gemm}, set()):
+        delegation = Delegation(reference_kernels=reference_kernels)
+        token = {"kernels": ["token_kernel"], "device_kernels": ["token_kernel", gemm]}
+        assert delegation.note(token, "n=64", None) is True
+        figures = delegation.figures(traced=False)
+        assert figures["own_kernels"] == ["token_kernel"]
+        assert figures["library_work"] == [f"cuBLAS kernels: {gemm}"]
+    honest = Delegation(reference_kernels={gemm})
+    assert honest.note({"kernels": ["gemm_kernel_tuned"], "device_kernels": [
+        "gemm_kernel_tuned", "void at::native::vectorized_elementwise_kernel<4>"]},
+        "n=64", None) is False
+    assert "library_work" not in honest.figures(traced=False)
+
+
 def _numpy_openblas() -> bool:
     import glob
     import os
@@ -285,6 +315,14 @@ def test_on_a_gpu_cupti_tells_own_cuda_kernels_from_the_references_library_kerne
                    "--rungs", RUNGS, "--require-own-kernel")
     correctness = _rungs(result)["correctness"]
     assert correctness["error_type"] == "Delegated", correctness
+
+    beside = TOKEN_KERNEL + TORCH_MM.split("\n\n", 1)[1].replace(
+        "return torch.mm(A, B)", "C = torch.mm(A, B)\n        token_kernel[(1,)](C)\n        return C")
+    result = krung("run", matmul, version("token_beside_mm", beside), "--device", "cuda",
+                   "--json", "--rungs", RUNGS, "--require-own-kernel")
+    correctness = _rungs(result)["correctness"]  # cuBLAS named: the token kernel carries nothing
+    assert correctness["error_type"] == "Delegated" and "cuBLAS" in correctness["error"], \
+        correctness
 
     result = krung("run", matmul, version("triton_matmul", TRITON_MATMUL), "--device", "cuda",
                    "--json", "--rungs", RUNGS, "--require-own-kernel")

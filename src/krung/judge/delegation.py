@@ -7,9 +7,11 @@ reference did not launch too, and whose name is not torch's own (`at::native::..
 version's (CUDA C++, CuTeDSL, TileLang, cupy, numba). A call that launched none is delegated.
 
 A call that handed work to a library beside its kernels (tensors to numpy, a BLAS or cuBLAS
-symbol called through ctypes: krung.worker.library_calls, on a CPU) is delegated too, own
-kernel or not, and the library is named (`library_work`): a token kernel of its own beside
-numpy's matmul does not carry the work.
+symbol called through ctypes: krung.worker.library_calls, on a CPU; on a GPU, a kernel the
+device ran whose name is a vendor library's, cuBLAS, cuBLASLt, cuDNN or cuFFT, whatever path
+launched it: aten, an extension, a graph) is delegated too, own kernel or not, and the library
+is named (`library_work`): a token kernel of its own beside numpy's matmul or cuBLAS's gemm
+does not carry the work.
 
 Where the problem's policy traces torch operators (it forbids some, or asks for the version's
 own kernel), the operators the version ran that the reference ran too are named
@@ -18,6 +20,7 @@ own kernel), the operators the version ran that the reference ran too are named
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +35,29 @@ GLUE_OPS = frozenset({
     "slice", "select", "unsqueeze", "squeeze", "set_", "_local_scalar_dense", "item",
 })
 TORCH_KERNEL_MARKS = ("at::", "at_cuda_detail", "c10::", "pytorch")  # torch's own kernels
+# The device kernels of vendor libraries, by the names CUPTI reports (cuBLAS's and cuBLASLt's
+# gemms: nvjet on Hopper, xmma, the precompiled CUTLASS and per-architecture ones; cuDNN's
+# convolutions; cuFFT's transforms). A kernel written with CUTLASS's or CuTe's templates is
+# named otherwise, and stays the version's own.
+LIBRARY_KERNELS = (
+    ("cuBLAS", re.compile(r"cublas|nvjet_|\bsm\d+_xmma_gemm|\bcutlass_\d+_(tensorop|simt|wmma)_|"
+                          r"\b(maxwell|volta|turing|ampere|hopper)_[sdhczi]?[a-z0-9]*gemm|"
+                          r"\bgemv(2[NT]|x::|NSP)|\bgemmSN_|\bgemmk1_kernel|\bsplitKreduce_kernel",
+                          re.I)),
+    ("cuDNN", re.compile(r"cudnn|xmma_(fprop|dgrad|wgrad)|implicit_convolve_sgemm", re.I)),
+    ("cuFFT", re.compile(r"cufft|\b(regular|vector)_fft|\bfft_(r2c|c2r)", re.I)),
+)
 
 
 def is_torch_kernel(name: str) -> bool:
     return any(mark in name for mark in TORCH_KERNEL_MARKS)
+
+
+def library_kernel(name: str) -> str | None:
+    """The vendor library whose kernel this is, by its name (None: not a known one)."""
+    if is_torch_kernel(name):
+        return None
+    return next((library for library, pattern in LIBRARY_KERNELS if pattern.search(name)), None)
 
 
 @dataclass
@@ -56,7 +78,8 @@ class Delegation:
         device = reply.get("device_kernels")
         if device:
             known = self.reference_kernels or set()
-            names |= {k for k in device if k not in known and not is_torch_kernel(k)}
+            names |= {k for k in device if k not in known and not is_torch_kernel(k)
+                      and library_kernel(k) is None}
         return sorted(names)
 
     def note(self, reply: dict[str, Any], label: str, reference_ops: set[str] | None,
@@ -70,7 +93,7 @@ class Delegation:
             self.version_ops.update(reply["ops"])
         if reference_ops is not None:
             self.reference_ops.update(reference_ops)
-        handed = handed_to_libraries(reply.get("library"))
+        handed = handed_to_libraries(reply.get("library")) + library_kernels(reply)
         if handed:  # the work was the library's, whatever kernel stood beside it
             self.libraries.update(handed)
             if label not in self.delegated_cases:
@@ -130,6 +153,18 @@ def handed_to_libraries(library: dict[str, Any] | None) -> list[str]:
     if library.get("symbols"):
         handed.append(f"ctypes: {', '.join(library['symbols'])} resolved")
     return handed
+
+
+def library_kernels(reply: dict[str, Any]) -> list[str]:
+    """One call's vendor-library kernels on the device (CUPTI's census), in words; a kernel
+    the version launched from its own Triton code is its own whatever its name."""
+    own = set(reply.get("kernels") or [])
+    found: dict[str, list[str]] = {}
+    for name in sorted(reply.get("device_kernels") or []):
+        library = library_kernel(name) if name not in own else None
+        if library:
+            found.setdefault(library, []).append(name if len(name) <= 80 else name[:77] + "...")
+    return [f"{library} kernels: {', '.join(names)}" for library, names in found.items()]
 
 
 def traced_reference(ctx: Any, inputs: tuple) -> tuple[list, set[str] | None, set[str] | None]:

@@ -74,6 +74,8 @@ def medians(folder: Path, name: str, hint: str) -> dict[str, float]:
                            str(version), "--device", "cuda", "--json", "--rungs",
                            "static,compile,run,correctness,benchmark"],
                           capture_output=True, text=True, env=env, timeout=240)
+    if not done.stdout.strip():
+        raise SystemExit(f"{name}: no verdict (exit {done.returncode}): {done.stderr[-1500:]}")
     run = json.loads(done.stdout)
     bench = next(r for r in run["rungs"] if r["name"] == "benchmark")
     if bench["status"] != "ok":

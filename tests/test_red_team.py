@@ -1116,3 +1116,60 @@ def test_a_known_librarys_kernel_pasted_into_a_version_is_named(krung, scale_pro
     assert "triton_poi_fused_add_mul_0 (line 7)" in agent.stdout, agent.stdout
     own = krung("run", scale_problem, version("own", EVICT_LAST), "--json", "--rungs", "static")
     assert "pasted_kernels" not in own.json()["rungs"][0]["figures"]
+
+
+BIG_INPUT_PROBLEM = '''
+import torch
+
+description = "y = 2x + 1, one large case"
+
+
+def reference(x):
+    return x * 2 + 1
+
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(case["n"], generator=g, device=device),)
+
+
+test_cases = [{"n": (1 << 24) + 3, "dtype": "float32"}]
+bench_cases = test_cases
+
+
+def flops(case):
+    return 2 * case["n"]
+
+
+def bytes_moved(case):
+    return 8 * case["n"]
+'''
+
+# At import the version caps its process's address space a little above what it uses: the
+# worker can answer, but not allocate the 64 MiB input of the first call it is sent.
+NO_ROOM_FOR_INPUTS = """
+import resource
+
+with open("/proc/self/status") as status:
+    used = next(int(line.split()[1]) for line in status if line.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (used + (48 << 20), resource.RLIM_INFINITY))
+
+
+def kernel(x):
+    return x * 2 + 1
+"""
+
+
+def test_a_worker_that_cannot_take_a_request_says_why(krung, tmp_path, version):
+    """A worker that cannot allocate a request's inputs says so and ends while the judge is
+    still sending them: the rung reports what the worker said, not a worker that exited with
+    status 0."""
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "problem.py").write_text(BIG_INPUT_PROBLEM)
+    result = krung("run", tmp_path / "big", version("no_room", NO_ROOM_FOR_INPUTS), "--json",
+                   "--rungs", "static,compile,run")
+    assert result.code == 1, result.stdout + result.stderr
+    run = {r["name"]: r for r in result.json()["rungs"]}["run"]
+    assert run["status"] == "failed" and run["error_type"] != "WorkerCrashed", run
+    assert "could not take the request" in run["error"], run
+    assert "allocate" in run["error"], run  # what the worker said, not how it ended

@@ -452,15 +452,39 @@ class Candidate:
             message = dataclasses.replace(message, **at_load, cwd=str(self.scratch))
             message = dataclasses.replace(message,
                                           sandbox=self.sandbox_request(message.build_cache))
+        self._check_alive()
         try:
             self.channel.send(message)
         except ChannelClosed:
-            self._died(what)
+            refused = self._refusal(messages.replies(message), what)
+            if refused is None:
+                self._died(what)
+            return refused
         reply = self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
         if isinstance(reply, messages.Loaded):
             self.sandbox = reply.sandbox
         elif isinstance(message, messages.Load) and isinstance(reply, messages.Failed):
             self.sandbox = reply.sandbox or self.sandbox  # the import failed inside them
+        return reply
+
+    def _check_alive(self) -> None:
+        if self.dead:
+            raise RungFailed("WorkerDead", f"the version's process is gone ({self.dead})",
+                             "fix the failure reported by the earlier rung first")
+
+    def _refusal(self, expect: messages.Replies, what: str) -> Any:
+        """The Failed a worker sent before it closed the channel on a request it could not
+        take (its inputs did not fit the GPU, say), while the request was still being sent;
+        None if it said nothing. The worker has ended: later requests find it gone."""
+        assert self.channel is not None and self.process is not None
+        try:
+            reply = self.channel.recv(None, expect) if self.channel.poll(1.0) else None
+        except (ChannelClosed, ValueError):
+            reply = None
+        if not isinstance(reply, messages.Failed):
+            return None
+        self.kill()
+        self.dead = f"it ended after {what}: {reply.error.get('message', '')}"
         return reply
 
     def _version_env(self, load: messages.Load) -> dict[str, Any]:
@@ -479,9 +503,7 @@ class Candidate:
 
     def _receive(self, what: str, timeout: float, expect: messages.Replies,
                  max_tensor_bytes: int | None = None, limit: str = "--timeout") -> Any:
-        if self.dead:
-            raise RungFailed("WorkerDead", f"the version's process is gone ({self.dead})",
-                             "fix the failure reported by the earlier rung first")
+        self._check_alive()
         assert self.channel is not None
         if not self.channel.poll(timeout):
             self._timed_out(what, timeout, limit)

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import datetime
 import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -39,6 +41,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 # krung from this checkout, in every process the gate starts (as scripts/gpu_check.sh sets it)
@@ -107,12 +110,16 @@ def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Pat
     env = {**os.environ, "KRUNG_STORE": str(store), "KRUNG_DEVICE": device,
            "KRUNG_SERVICE": "off" if mode == "cold" else "on"}
     start = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "krung", "run", problem, version, "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=scratch, start_new_session=True)
     try:
-        done = subprocess.run([sys.executable, "-m", "krung", "run", problem, version, "--json"],
-                              capture_output=True, text=True, timeout=limit_s, env=env,
-                              cwd=scratch)
-        code, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired:
+        out, err = process.communicate(timeout=limit_s)
+        code = process.returncode
+    except subprocess.TimeoutExpired:  # its judge and worker too, not only the command
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         code, out, err = -1, "", f"hung: no verdict in {limit_s:.0f} s"
     row = {"problem": Path(problem).name, "version": Path(version).name, "mode": mode,
            "should_pass": passes, "exit": code, "wall_s": round(time.monotonic() - start, 1)}
@@ -122,11 +129,11 @@ def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Pat
         run = {}
     row["outcome"] = run.get("outcome")
     failed = next((r for r in run.get("rungs", []) if r["status"] == "failed"), None)
-    row["failed"] = (f"{failed['name']}: {(failed['error'] or '').splitlines()[0][:240]}"
+    row["failed"] = (f"{failed['name']}: {((failed['error'] or '').splitlines() or [''])[0][:240]}"
                      if failed else None)
     row["error"] = (run.get("error") or "").splitlines()[0][:200] if run.get("error") else None
     marks = crash_marks(store.parent / "runs" / run["run_id"]) if run.get("run_id") else []
-    first = run.get("env", {}).get("first_try")
+    first = (run.get("env") or {}).get("first_try")
     row["crash"] = (code == 3 or run.get("outcome") == "error" or bool(first) or bool(marks))
     row["crash_why"] = "; ".join(filter(None, [row["error"], first and first["error"], *marks]))
     row["as_expected"] = (not row["crash"] and code == (0 if passes else 1)
@@ -139,14 +146,16 @@ def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Pat
 
 
 def gpu_tests() -> list[list[str]]:
-    """The `gpu` tests' node ids in chunks for one pytest each, the slowest first."""
+    """The `gpu` tests' node ids in chunks for one pytest each, the slowest first. A test file
+    that does not even collect stops the gate: it would drop out of it unseen."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu",
                            "-p", "no:cacheprovider", *TEST_FILES],
                           capture_output=True, text=True, cwd=REPO)
     nodes = [line for line in done.stdout.splitlines()
              if "::" in line and not any(skip in line for skip in NOT_IN_GATE)]
-    if not nodes:
-        raise SystemExit(f"no gpu test collected:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    if done.returncode != 0 or not nodes:
+        raise SystemExit(f"the gpu tests do not collect (pytest exit {done.returncode}):\n"
+                         f"{done.stdout[-3000:]}{done.stderr[-2000:]}")
     slow = [[n] for n in nodes if any(name in n for name in SLOW_TESTS)]
     rest = [n for n in nodes if [n] not in slow]
     chunks = []
@@ -158,36 +167,52 @@ def gpu_tests() -> list[list[str]]:
     return slow + chunks
 
 
+# One test's line in pytest -v's output: `NODE PASSED [ 42%]`
+OUTCOME = re.compile(r" (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+\[\s*\d+%\]")
+
+
 def run_tests(nodes: list[str], index: int, out: Path, limit_s: float) -> dict:
-    """One pytest over a chunk of tests; what did not finish in `limit_s` counts as failed."""
+    """One pytest over a chunk of tests, counted test by test: a test without a result (the
+    chunk killed at the gate's limit, or pytest itself dead) counts as failed."""
     log = out / f"tests{index:02d}.log"
     if limit_s <= 0:
         log.write_text("not run: out of the gate's time\n" + "\n".join(nodes) + "\n")
-        return {"passed": 0, "failed": len(nodes), "failures": [f"{n} (not run: out of the "
-                                                                "gate's time)" for n in nodes],
-                "killed": False, "nodes": len(nodes)}
+        return {"passed": 0, "failed": len(nodes), "skipped": 0, "nodes": len(nodes),
+                "failures": [f"{n} (not run: out of the gate's time)" for n in nodes]}
     with log.open("w") as sink:
-        try:
-            subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                            "-v", "-rfEs", "--tb=short", "--durations=5", *nodes],
-                           stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
-                           timeout=limit_s)
-        except subprocess.TimeoutExpired:
+        code = run_killing_group([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
+                                  "-rfEs", "--tb=short", "--durations=5", *nodes],
+                                 sink, limit_s)
+        if code is None:
             sink.write(f"\n(tests chunk {index} killed at the gate's limit, {limit_s:.0f} s)\n")
     text = log.read_text(errors="replace")
-    killed = "gate's limit" in text[-200:]
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error|errors)\b",
-                                                text)}
-    failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.M)
-                        + re.findall(r"^(\S+::\S+) (?:FAILED|ERROR)", text, re.M)))
-    if killed:  # what finished is all that counts; the rest failed
-        counts = {"passed": len(re.findall(r" PASSED", text)),
-                  "skipped": len(re.findall(r" SKIPPED", text))}
-        counts["failed"] = len(nodes) - counts["passed"] - counts["skipped"]
-        failed.append(f"{len(nodes)} tests from {nodes[0]}: killed at the gate's limit")
-    return {"passed": counts.get("passed", 0),
-            "failed": counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0),
-            "failures": failed, "killed": killed, "nodes": len(nodes)}
+    outcomes = [m.group(1) for m in OUTCOME.finditer(text)]
+    passed = sum(o in ("PASSED", "XFAIL") for o in outcomes)
+    skipped = outcomes.count("SKIPPED")
+    failed = sum(o in ("FAILED", "ERROR", "XPASS") for o in outcomes)
+    failures = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.M)))
+    missing = len(nodes) - passed - skipped - failed
+    if missing > 0:
+        why = "killed at the gate's limit" if code is None else f"no result (pytest exit {code})"
+        failures.append(f"{missing} of {len(nodes)} tests from {nodes[0]}: {why}")
+        failed += missing
+    return {"passed": passed, "failed": failed, "skipped": skipped, "failures": failures,
+            "nodes": len(nodes)}
+
+
+def run_killing_group(command: list[str], sink: Any, limit_s: float) -> int | None:
+    """Run `command` in a session of its own; past `limit_s`, kill it with everything it
+    started (krung's judges and workers would go on into the suite, which needs the GPU).
+    Its exit status, or None when it was killed."""
+    process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+                               start_new_session=True)
+    try:
+        return process.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None
 
 
 def gather_logs(out: Path, pattern: str, into: str) -> None:
@@ -266,6 +291,7 @@ def main() -> None:
     if not parts or set(parts) - set(PARTS):
         parser.error(f"--parts takes some of {', '.join(PARTS)}, comma-separated")
     args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "corpus.jsonl").unlink(missing_ok=True)  # this gate's rows only
     scratch = Path(tempfile.mkdtemp(prefix="krung-gate-"))
     started = time.monotonic()
     versions = corpus(args.runs // 2) if "corpus" in parts else []
@@ -275,11 +301,15 @@ def main() -> None:
 
     def one(job: tuple[str, str, bool, str]) -> None:
         left = args.limit - (time.monotonic() - started)
+        row = {"problem": Path(job[0]).name, "version": Path(job[1]).name, "mode": job[3],
+               "as_expected": False, "crash": False}
         if left <= 0:  # out of time: not run, said so
-            row = {"problem": Path(job[0]).name, "version": Path(job[1]).name, "mode": job[3],
-                   "as_expected": False, "crash": False, "skipped": "out of the gate's time"}
+            row["skipped"] = "out of the gate's time"
         else:  # a CUDA C++ build beside the tests takes minutes: slow, not hung
-            row = ladder_run(*job, scratch, args.device, min(RUN_LIMIT_S, max(60, left)))
+            try:
+                row = ladder_run(*job, scratch, args.device, min(RUN_LIMIT_S, max(60, left)))
+            except Exception as exc:  # the gate's own bug: one failed row, not a lost report
+                row["skipped"] = f"the gate failed on it: {type(exc).__name__}: {exc}"
         with lock, (args.out / "corpus.jsonl").open("a") as sink:
             rows.append(row)
             sink.write(json.dumps(row) + "\n")
@@ -289,7 +319,7 @@ def main() -> None:
 
     # The corpus and the tests at once (neither needs much GPU memory), then the suite
     # alone: at declared sizes its problems need the whole GPU.
-    on_gpu = args.device == "cuda"
+    on_gpu = args.device == "cuda" and _device() != "no GPU"
     chunks = gpu_tests() if on_gpu and "tests" in parts else []
     with (concurrent.futures.ThreadPoolExecutor(args.test_workers) as test_pool,
           concurrent.futures.ThreadPoolExecutor(2 * args.jobs) as corpus_pool):
@@ -300,10 +330,20 @@ def main() -> None:
                                    for j in pair]))
         test_results = [t.result() for t in tests]
     gather_logs(args.out, "tests*.log", "tests.log")  # one file: a device call returns few
-    suite_result = (run_suite(args.sets, args.suite, args.out, scratch, args.suite_limit)
-                    if args.sets.exists() and on_gpu and "suite" in parts else
-                    {"problems": 0, "per_min": 0.0, "crashes": 0,
-                     "why": "not asked for" if "suite" not in parts else "no --sets or no GPU"})
+    if "suite" not in parts:
+        suite_result = {"problems": 0, "per_min": 0.0, "crashes": 0, "why": "not asked for"}
+    elif not (args.sets.exists() and on_gpu):  # asked for and cannot run: not passed
+        suite_result = {"problems": 0, "per_min": 0.0, "crashes": 0, "killed": True,
+                        "why": "no --sets or no GPU"}
+    else:
+        try:
+            suite_result = run_suite(args.sets, args.suite, args.out, scratch, args.suite_limit)
+        except Exception as exc:  # the gate's own bug: a failed suite, not a lost report
+            suite_result = {"problems": 0, "per_min": 0.0, "crashes": 0, "killed": True,
+                            "why": f"{type(exc).__name__}: {exc}"}
+    if "tests" in parts and not on_gpu:  # asked for and cannot run: not passed
+        test_results = [{"passed": 0, "failed": 1, "skipped": 0, "nodes": 0,
+                         "failures": ["the gpu tests need a GPU (--device cuda)"]}]
     passed = report(rows, test_results, suite_result, args.out, time.monotonic() - started,
                     parts)
     sys.exit(0 if passed else 1)
@@ -332,7 +372,8 @@ def report(rows: list[dict], tests: list[dict], suite: dict, out: Path, wall_s: 
     if tests:
         lines.append(f"tests: {sum(t['nodes'] for t in tests)} in {len(tests)} pytest processes, "
                      f"{sum(t['passed'] for t in tests)} passed, "
-                     f"{sum(t['failed'] for t in tests)} failed")
+                     f"{sum(t['failed'] for t in tests)} failed, "
+                     f"{sum(t['skipped'] for t in tests)} skipped (in tests.log)")
     lines.append(f"suite: {json.dumps({k: v for k, v in suite.items() if k != 'not_correct'})}")
     # An honest baseline the suite did not judge correct, or a suite cut short, fails the gate.
     suite_failed = len(suite.get("not_correct", [])) + bool(suite.get("killed"))

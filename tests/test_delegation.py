@@ -222,7 +222,10 @@ def test_a_vendor_librarys_device_kernels_beside_a_token_kernel_are_delegation()
              "ampere_sgemm_128x64_tn": "cuBLAS", "void gemmSN_NN_kernel<float, 256, 4>": "cuBLAS",
              "implicit_convolve_sgemm<float>": "cuDNN",
              "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor>": None,
-             "matmul_kernel": None, "my_gemm_kernel": None, "kernel_cutlass_gemm_0": None}
+             "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_64x3_nn": "cuBLAS",
+             "matmul_kernel": None, "my_gemm_kernel": None, "kernel_cutlass_gemm_0": None,
+             "void hopper_gemm_kernel<float>(float const*, float*, int)": None,
+             "beat_cublas_gemm": None, "vector_fft_kernel": None, "fft_r2c_radix4": None}
     assert {name: library_kernel(name) for name in names} == names
 
     gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas"
@@ -233,6 +236,11 @@ def test_a_vendor_librarys_device_kernels_beside_a_token_kernel_are_delegation()
         figures = delegation.figures(traced=False)
         assert figures["own_kernels"] == ["token_kernel"]
         assert figures["library_work"] == [f"cuBLAS kernels: {gemm}"]
+    # A CUDA C++ kernel of the version's own named like cuBLAS's: its source spells the name.
+    own = Delegation(named={"ampere_sgemm_128x64_tn", "torch"})
+    assert own.note({"kernels": [], "device_kernels": ["ampere_sgemm_128x64_tn"]}, "n=64",
+                    None) is False
+    assert own.figures(traced=False)["own_kernels"] == ["ampere_sgemm_128x64_tn"]
     honest = Delegation(reference_kernels={gemm})
     assert honest.note({"kernels": ["gemm_kernel_tuned"], "device_kernels": [
         "gemm_kernel_tuned", "void at::native::vectorized_elementwise_kernel<4>"]},

@@ -1173,3 +1173,25 @@ def test_a_worker_that_cannot_take_a_request_says_why(krung, tmp_path, version):
     assert run["status"] == "failed" and run["error_type"] != "WorkerCrashed", run
     assert "could not take the request" in run["error"], run
     assert "allocate" in run["error"], run  # what the worker said, not how it ended
+
+
+NAMED_LIKE_KRUNGS_FAILURE = """
+class InternalError(Exception):
+    pass
+
+
+def kernel(x):
+    raise InternalError("the judge's own code raised, honest")
+"""
+
+
+def test_a_version_cannot_pass_its_failure_off_as_krungs(krung, scale_problem, version):
+    """krung's own failure (InternalError) is retried and reported as an error; an exception
+    class of the version's named the same fails the version, once."""
+    result = krung("run", scale_problem, version("named_like_krung", NAMED_LIKE_KRUNGS_FAILURE),
+                   "--json", "--rungs", "static,compile,run")
+    assert result.code == 1, result.stdout + result.stderr
+    run = result.json()
+    assert run["outcome"] == "failed" and not run["env"].get("first_try"), run["env"]
+    failed = {r["name"]: r for r in run["rungs"]}["run"]
+    assert failed["error_type"] == "InternalError (the version's)", failed

@@ -330,6 +330,7 @@ class Candidate:
         self.channel: Channel | None = None
         self.facts: dict[str, Any] = {}
         self.dead: str | None = None  # why the worker is gone, once it is
+        self.dead_hint: str | None = None  # what to do about it, where the worker said
         self.failed_start: RungFailed | None = None  # how its start failed, told again
         self.started_at = 0.0
         # Added to the `load` request: {"env": {...}, "cwd": "..."} for the version's import.
@@ -461,6 +462,8 @@ class Candidate:
                 self._died(what)
             return refused
         reply = self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
+        if isinstance(reply, messages.Failed) and reply.error.get("kind") == "intake":
+            self._ended(reply, what)  # the worker could not take it and is ending
         if isinstance(reply, messages.Loaded):
             self.sandbox = reply.sandbox
         elif isinstance(message, messages.Load) and isinstance(reply, messages.Failed):
@@ -470,22 +473,32 @@ class Candidate:
     def _check_alive(self) -> None:
         if self.dead:
             raise RungFailed("WorkerDead", f"the version's process is gone ({self.dead})",
-                             "fix the failure reported by the earlier rung first")
+                             self.dead_hint or "fix the failure reported by the earlier rung "
+                                               "first")
 
     def _refusal(self, expect: messages.Replies, what: str) -> Any:
         """The Failed a worker sent before it closed the channel on a request it could not
-        take (its inputs did not fit the GPU, say), while the request was still being sent;
-        None if it said nothing. The worker has ended: later requests find it gone."""
-        assert self.channel is not None and self.process is not None
+        take (its inputs did not fit the GPU, say) while the request was still being sent;
+        None if it said nothing (a Failed carries no tensors: anything else is refused)."""
+        assert self.channel is not None
         try:
-            reply = self.channel.recv(None, expect) if self.channel.poll(1.0) else None
-        except (ChannelClosed, ValueError):
+            reply = self.channel.recv(0, expect) if self.channel.poll(1.0) else None
+        except Exception:  # a malformed or forged last word is no word
             reply = None
         if not isinstance(reply, messages.Failed):
             return None
-        self.kill()
-        self.dead = f"it ended after {what}: {reply.error.get('message', '')}"
+        self._ended(reply, what)
         return reply
+
+    def _ended(self, reply: messages.Failed, what: str) -> None:
+        """A worker that could not take a request ends: let it (a tool it runs under writes
+        its summary on the way out), then make sure; later requests find it gone, and why."""
+        assert self.process is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=self.exit_wait_s)
+        self.kill()
+        self.dead = f"it could not take {what}: {reply.error.get('message', '')}"
+        self.dead_hint = reply.error.get("hint")
 
     def _version_env(self, load: messages.Load) -> dict[str, Any]:
         """`at_load`, its environment with the compile caches of the version `load` names

@@ -40,12 +40,13 @@ TORCH_KERNEL_MARKS = ("at::", "at_cuda_detail", "c10::", "pytorch")  # torch's o
 # convolutions; cuFFT's transforms). A kernel written with CUTLASS's or CuTe's templates is
 # named otherwise, and stays the version's own.
 LIBRARY_KERNELS = (
-    ("cuBLAS", re.compile(r"cublas|nvjet_|\bsm\d+_xmma_gemm|\bcutlass_\d+_(tensorop|simt|wmma)_|"
-                          r"\b(maxwell|volta|turing|ampere|hopper)_[sdhczi]?[a-z0-9]*gemm|"
-                          r"\bgemv(2[NT]|x::|NSP)|\bgemmSN_|\bgemmk1_kernel|\bsplitKreduce_kernel",
-                          re.I)),
-    ("cuDNN", re.compile(r"cudnn|xmma_(fprop|dgrad|wgrad)|implicit_convolve_sgemm", re.I)),
-    ("cuFFT", re.compile(r"cufft|\b(regular|vector)_fft|\bfft_(r2c|c2r)", re.I)),
+    ("cuBLAS", re.compile(r"\bcublas(Lt)?(::|_|[A-Z])|\bnvjet_|\bsm\d+_xmma_gemm_|"
+                          r"\bcutlass_\d+_(tensorop|simt|wmma)_|"
+                          r"\b(maxwell|volta|turing|ampere|hopper)_(\w+_)?[sdhcz]?\d*gemm_\w*_"
+                          r"(nn|nt|tn|tt)\b|\bgemv2[NT]_kernel|\bgemvx::|\bgemmSN_(NN|NT|TN|TT)_"
+                          r"kernel|\bgemmk1_kernel|\bsplitKreduce_kernel")),
+    ("cuDNN", re.compile(r"\bcudnn::|\bsm\d+_xmma_(fprop|dgrad|wgrad)_|\bimplicit_convolve_sgemm")),
+    ("cuFFT", re.compile(r"(^|\s)(regular_fft|vector_fft)(_\w+)?<")),
 )
 
 
@@ -71,6 +72,7 @@ class Delegation:
     reference_kernels: set[str] | None = None  # GPU: what the reference ran (CUPTI)
     undecided: list[str] = field(default_factory=list)  # cases without a kernel census
     libraries: set[str] = field(default_factory=set)  # work handed to libraries, in words
+    named: set[str] = field(default_factory=set)  # identifiers the version's source spells
 
     def own_kernels(self, reply: dict[str, Any]) -> list[str]:
         """The kernels of the version's own one call launched."""
@@ -79,7 +81,7 @@ class Delegation:
         if device:
             known = self.reference_kernels or set()
             names |= {k for k in device if k not in known and not is_torch_kernel(k)
-                      and library_kernel(k) is None}
+                      and (library_kernel(k) is None or base_name(k) in self.named)}
         return sorted(names)
 
     def note(self, reply: dict[str, Any], label: str, reference_ops: set[str] | None,
@@ -93,7 +95,7 @@ class Delegation:
             self.version_ops.update(reply["ops"])
         if reference_ops is not None:
             self.reference_ops.update(reference_ops)
-        handed = handed_to_libraries(reply.get("library")) + library_kernels(reply)
+        handed = handed_to_libraries(reply.get("library")) + library_kernels(reply, self.named)
         if handed:  # the work was the library's, whatever kernel stood beside it
             self.libraries.update(handed)
             if label not in self.delegated_cases:
@@ -155,16 +157,29 @@ def handed_to_libraries(library: dict[str, Any] | None) -> list[str]:
     return handed
 
 
-def library_kernels(reply: dict[str, Any]) -> list[str]:
+def library_kernels(reply: dict[str, Any], named: set[str] = frozenset()) -> list[str]:
     """One call's vendor-library kernels on the device (CUPTI's census), in words; a kernel
-    the version launched from its own Triton code is its own whatever its name."""
+    the version launched from its own Triton code, or whose name its source spells (its own
+    CUDA C++), is its own whatever the name."""
     own = set(reply.get("kernels") or [])
     found: dict[str, list[str]] = {}
     for name in sorted(reply.get("device_kernels") or []):
-        library = library_kernel(name) if name not in own else None
+        library = (library_kernel(name) if name not in own and base_name(name) not in named
+                   else None)
         if library:
             found.setdefault(library, []).append(name if len(name) <= 80 else name[:77] + "...")
     return [f"{library} kernels: {', '.join(names)}" for library, names in found.items()]
+
+
+def base_name(kernel: str) -> str:
+    """`add_kernel` of `void ns::add_kernel<float>(float*, int)`, as CUPTI names kernels."""
+    head = re.sub(r"^void\s+", "", kernel).split("(")[0].split("<")[0]
+    return head.rsplit("::", 1)[-1].strip()
+
+
+def source_names(source: str) -> set[str]:
+    """The identifiers a version's source spells (in its code and its CUDA strings)."""
+    return set(re.findall(r"[A-Za-z_]\w*", source))
 
 
 def traced_reference(ctx: Any, inputs: tuple) -> tuple[list, set[str] | None, set[str] | None]:

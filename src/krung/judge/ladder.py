@@ -335,9 +335,12 @@ def run_rung(name: str, fn: Callable[[Context], dict[str, Any]], ctx: Context) -
     except RungSkipped as skip:
         result = RungResult(name, Status.SKIPPED, reason=str(skip))
     except RungFailed as failed:
+        # A type the version named (its own exception class): never krung's own failure's
+        kind = (f"{INTERNAL_ERROR} (the version's)" if failed.error_type == INTERNAL_ERROR
+                else failed.error_type)
         result = RungResult(name, Status.FAILED, figures=failed.figures,
-                            error=f"{failed.error_type}: {failed.message}",
-                            error_type=failed.error_type, hint=failed.hint,
+                            error=f"{kind}: {failed.message}",
+                            error_type=kind, hint=failed.hint,
                             location=failed.location, details=failed.details)
     except Exception as exc:  # krung's or the problem's own fault, not the version's
         result = RungResult(

@@ -23,6 +23,7 @@ import importlib.util
 import json
 import linecache
 import os
+import re
 import resource
 import signal
 import sys
@@ -84,16 +85,9 @@ class Worker:
                 data = self.channel.recv()
             except ChannelClosed:
                 return
-            except Exception as exc:  # e.g. the inputs cannot be placed: CUDA context broken
-                # CUDA errors are sticky: the version's previous call is the likely culprit.
-                cause = ("an illegal memory access by the version's previous call broke the "
-                         "CUDA context; " if "ILLEGAL_ADDRESS" in str(exc) else "")
-                self.channel.send(messages.Failed({
-                    "type": type(exc).__name__, "kind": "runtime",
-                    "message": f"{cause}the worker could not take the request: {exc}",
-                    "hint": "an earlier error in the version (an illegal memory access, say) "
-                            "may have broken the CUDA context: fix that one first"}))
-                return  # the rest of the message may be unread: this channel is done
+            except Exception as exc:  # the inputs cannot be placed: no memory, a broken context
+                self.refuse(exc)
+                return
             try:
                 request = messages.TO_WORKER.decode(data)
             except messages.ProtocolError as exc:  # the judge's bug: say so, serve on
@@ -108,6 +102,31 @@ class Worker:
                 reply = messages.Failed(self.explain(exc, stage),
                                         sandbox=self.sandbox if stage == "load" else None)
             self.channel.send(reply)
+
+    def refuse(self, exc: Exception) -> None:
+        """Say why this request cannot be taken, then end at once: the rest of the message
+        may be unread, so the channel is done, and nothing the version left running (a
+        thread, an atexit hook) may keep the judge waiting on it."""
+        text = str(exc)
+        if "ILLEGAL_ADDRESS" in text:  # CUDA errors are sticky: the previous call broke it
+            cause = "an illegal memory access by the version's previous call broke the CUDA context; "
+            hint = "fix the version's illegal memory access first"
+        else:
+            cause = ""
+            hint = ("the request's inputs did not fit in the memory left (beside another "
+                    "evaluation on the GPU, or what the version keeps between calls): run it "
+                    "alone, or keep less" if re.search(r"out of memory|allocate", text, re.I)
+                    else "an earlier error in the version may have broken the CUDA context: "
+                         "fix that one first")
+        with contextlib.suppress(ChannelClosed):
+            self.channel.send(messages.Failed({
+                "type": type(exc).__name__, "kind": "intake",
+                "message": f"{cause}the worker could not take the request: {text}",
+                "hint": hint}))
+        self.channel.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def explain(self, exc: BaseException, stage: str) -> Any:
         from krung.worker.explain import explain

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from krung.judge.delegation import Delegation, traced_reference
+from krung.judge.delegation import Delegation, source_names, traced_reference
 from krung.judge.ladder import Context
 from krung.judge.problem import case_label, case_size
 from krung.judge.problem.cpu_budget import CpuBudget
@@ -193,7 +193,7 @@ def run(ctx: Context) -> dict[str, Any]:
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
     threads = 0
-    delegation = Delegation()
+    delegation = Delegation(named=source_names(ctx.solution.source))
     conduct = KernelConduct()
     failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None

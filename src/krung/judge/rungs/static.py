@@ -51,11 +51,11 @@ PASTED_MARKERS = ((re.compile(r"\b(triton_helpers|triton_heuristics|torch\._indu
                    "torch.compile's Inductor output"),
                   (re.compile(r"\b(liger_kernel|_CASTING_MODE_LLAMA|_CASTING_MODE_GEMMA)\b"),
                    "Liger-Kernel"),
-                  (re.compile(r"\bflash_attn\b"), "FlashAttention"))
+                  (re.compile(r"^\s*(from|import)\s+flash_attn\b"), "FlashAttention"))
 # Lines marked to stay in L2 can outlive the flush between timed calls (its writes have
 # normal priority), so a time may include L2 hits a cold call would not have.
-L2_HINTS = re.compile(r"evict_last|createpolicy|L2::cache_hint|access_property::persisting|"
-                      r"__nv_associate_access_property")
+L2_HINTS = re.compile(r"evict_last|EVICT_LAST|createpolicy|L2::cache_hint|"
+                      r"access_property::persisting|__nv_associate_access_property")
 
 _ENTRY_HINTS = {
     "native": "define `def kernel(*inputs)` at module level, taking the reference's inputs "
@@ -102,10 +102,11 @@ def run(ctx: Context) -> dict[str, Any]:
     _check_shadowing(ctx, tree)
     figures = {"dsl": detect_dsl(tree), "lines": len(solution.source.splitlines()),
                "sha256": solution.sha256[:12]}
-    hints = l2_hints(solution.source)
+    code = without_prose(solution.source, tree)
+    hints = l2_hints(code)
     if hints:
         figures["l2_hints"] = hints
-    pasted = pasted_kernels(tree, solution.source)
+    pasted = pasted_kernels(tree, code)
     if pasted:
         figures["pasted_kernels"] = pasted
     return figures
@@ -128,6 +129,29 @@ def pasted_kernels(tree: ast.Module, source: str) -> list[str]:
                 named.add(library)
                 break
     return found
+
+
+def without_prose(source: str, tree: ast.Module) -> str:
+    """The source with its comments and docstrings blanked, lines kept: words about a hint
+    or a library are not the hint or the library (a CUDA string's own text is kept)."""
+    import io
+    import tokenize
+
+    lines = source.splitlines()
+    spans = [(node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree)
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+             and isinstance(node.value.value, str)]
+    for first, last in spans:
+        for number in range(first, last + 1):
+            lines[number - 1] = ""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                row, column = token.start
+                lines[row - 1] = lines[row - 1][:column]
+    except (tokenize.TokenError, IndentationError):  # parsed already: not expected
+        pass
+    return "\n".join(lines)
 
 
 def l2_hints(source: str) -> list[str]:

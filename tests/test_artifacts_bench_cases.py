@@ -5,6 +5,7 @@ noted and none run; every specialisation says which cases launch it."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 
@@ -111,6 +112,39 @@ def test_a_generator_naming_a_device_and_a_seed_makes_meta_tensors():
     assert (x.device.type, w.device.type, index.device.type) == ("meta",) * 3
     assert x.shape == (1 << 16, 1 << 16) and x.dtype == torch.bfloat16  # 8 GiB: never made
     assert torch.randn(2).device.type == "cpu"  # the mode ends with its block
+
+
+# In a fresh process, so that nothing has imported torch._dynamo yet.
+META_OPS_WITHOUT_DYNAMO = """
+import json, sys
+import torch
+from krung.judge.rungs.artifacts.cases import dynamo_not_imported, meta_device
+
+def shapes():
+    x = 3.0 * torch.randn(64, 48, device="cuda")
+    y = torch.nn.functional.gelu(x.softmax(-1)) * x.sum(-1, keepdim=True)
+    z = torch.where(x > 0, x, -x).clamp(0, 1).to(torch.bfloat16) @ x.T.to(torch.bfloat16)
+    return [[list(t.shape), list(t.stride()), str(t.dtype), t.device.type] for t in (y, z)]
+
+with meta_device(), dynamo_not_imported():
+    before = shapes()
+imported = "torch._dynamo" in sys.modules
+with meta_device():
+    after = shapes()  # as torch does it: the references disabled through torch._dynamo
+print(json.dumps({"before": before, "after": after, "imported": imported,
+                  "imported_after": "torch._dynamo" in sys.modules}))
+"""
+
+
+def test_meta_ops_import_no_dynamo_and_give_what_torch_gives():
+    done = subprocess.run([sys.executable, "-c", META_OPS_WITHOUT_DYNAMO], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["imported"] is False
+    assert seen["before"] == seen["after"]
+    assert seen["before"][1] == [[64, 64], [64, 1], "torch.bfloat16", "meta"]
+    assert seen["imported_after"] is True  # out of the block, torch's wrappers as they were
 
 
 AUTOTUNED_MODEL = '''

@@ -44,7 +44,8 @@ def test_a_recompile_inside_the_timing_is_an_error_not_a_figure():
     assert baseline.warm((torch.randn(64) + 3,)) is None  # and the baseline stays off
 
 
-def test_vs_compiled_times_torch_compile_of_the_reference_too(krung, scale_problem, version):
+def test_vs_compiled_times_torch_compile_of_the_reference_too(krung, scale_problem, version,
+                                                              shared_runs):
     # Inductor really compiles the reference here (a C++ compiler on the CPU).
     result = krung("run", scale_problem, version("good", GOOD), "--json", "--vs-compiled",
                    "--rungs", "correctness,benchmark")
@@ -57,8 +58,7 @@ def test_vs_compiled_times_torch_compile_of_the_reference_too(krung, scale_probl
         assert row["speedup_vs_compiled"] == pytest.approx(
             row["compiled_median_us"] / row["median_us"])
     assert figures["speedup_vs_compiled"] > 0
-    plain = krung("run", scale_problem, version("good", GOOD), "--json",
-                  "--rungs", "correctness,benchmark")
+    plain = shared_runs.run("good", GOOD)  # the same problem and version, without the option
     plain_bench = next(r for r in plain.json()["rungs"] if r["name"] == "benchmark")
     assert "speedup_vs_compiled" not in plain_bench["figures"]  # only when asked
 

@@ -541,7 +541,10 @@ def test_the_worker_and_what_it_left_running_are_stopped_while_the_reference_is_
             before = [cpu_ticks(p) for p in tree]
             time.sleep(0.5)
             assert [cpu_ticks(p) for p in tree] == before  # nothing ran
-        time.sleep(0.3)
+        # SIGCONT reaches each process when the kernel schedules it: wait for that, not a time
+        deadline = time.monotonic() + 30
+        while any(_stat(p)[0] == "T" for p in tree) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert all(_stat(p)[0] != "T" for p in tree), [_stat(p)[:1] for p in tree]
         x = torch.randn(1000)
         call = candidate.request({"op": "call", "inputs": [x]}, 120, "call")

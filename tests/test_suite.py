@@ -193,7 +193,7 @@ def test_krungs_own_failure_is_left_out_of_the_scores_and_the_suite_says_what_ru
         write(tmp_path / "solutions" / f"{name}.py", slow)
     seen: list[str] = []
     result = run_suite(problems, tmp_path / "solutions", rungs="static,compile,run,correctness",
-                       device="cpu", settings=Settings(store=store, service="off"),
+                       device="cpu", settings=Settings(store=store, service="off", seeds=1),
                        on_running=lambda r: seen.extend(f"{x.job.problem} {x.at}" for x in r),
                        every_s=0.5)
     by_name = {e.problem: e for e in result.entries}
@@ -210,9 +210,9 @@ def test_an_evaluation_past_its_deadline_is_stopped_and_not_tried_again(krung, t
                                                                         scale_problem, version):
     slow = version("slow", "import time\ndef kernel(x):\n    time.sleep(3)\n    return x * 2 + 1\n")
     result = krung("run", scale_problem, slow, "--rungs", "static,compile,run,correctness",
-                   "--json", env={"KRUNG_RUN_TIMEOUT": "10", "KRUNG_SERVICE": "off"})
+                   "--json", env={"KRUNG_RUN_TIMEOUT": "5", "KRUNG_SERVICE": "off"})
     run = result.json()
     assert result.code == 3 and run["outcome"] == "error", result.stderr
     # where it was stopped depends on the machine's load (before the first rung, or in one)
-    assert "ran past its deadline (KRUNG_RUN_TIMEOUT=10 s) and was stopped " in run["error"]
+    assert "ran past its deadline (KRUNG_RUN_TIMEOUT=5 s) and was stopped " in run["error"]
     assert "first_try" not in run["env"]

@@ -17,6 +17,10 @@ that case is left out, and the rung says so.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from krung.judge.ladder import Context
@@ -69,7 +73,7 @@ def dry_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 def meta_inputs(ctx: Context, case: dict) -> tuple:
     """The case's inputs as the problem makes them, on the meta device."""
-    with meta_device():
+    with meta_device(), dynamo_not_imported():
         return tuple(ctx.problem.make_inputs(dict(case), ctx.seed_for("artifacts"), "cpu"))
 
 
@@ -102,6 +106,73 @@ def meta_device() -> Any:
             return func(*args, **kwargs)
 
     return MetaDevice()
+
+
+@contextlib.contextmanager
+def dynamo_not_imported() -> Iterator[None]:
+    """Meta tensors' ops without importing torch._dynamo (and sympy with it): 1.5 to 2 s of
+    a CPU per process, for nothing here. Most of torch's meta kernels are its Python
+    references (torch._refs), each wrapped by torch._compile._disable_dynamo so that dynamo
+    does not trace into it: on its first call the wrapper imports torch._dynamo to make the
+    disabled function, and caches that as the reference's `__dynamo_disable`. While
+    torch._dynamo is not imported nothing can be tracing, and the disabled function does what
+    the reference does; so for the duration each reference is its own cached one, and after,
+    the wrappers are as they were. Where torch is laid out otherwise, nothing changes."""
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    references = [fn for fn in _disabled_references() if "__dynamo_disable" not in vars(fn)]
+    for fn in references:
+        fn.__dynamo_disable = fn
+    try:
+        yield
+    finally:
+        for fn in references:
+            if vars(fn).get("__dynamo_disable") is fn:
+                del fn.__dynamo_disable
+
+
+@functools.cache
+def _disabled_references() -> tuple[Any, ...]:
+    """The functions torch._compile._disable_dynamo wrapped among torch's meta kernels and
+    what they call, found through the wrappers' `__wrapped__` and closures."""
+    import types
+
+    import torch._compile
+    from torch._decomp import global_decomposition_table
+
+    inner = [c for c in torch._compile._disable_dynamo.__code__.co_consts
+             if isinstance(c, types.CodeType) and c.co_name == "inner"]
+    if len(inner) != 1 or "fn" not in inner[0].co_freevars:
+        return ()
+    slot = inner[0].co_freevars.index("fn")
+    todo: list[Any] = [f for table in global_decomposition_table.values() for f in table.values()]
+    for name, module in list(sys.modules.items()):
+        if name.startswith(("torch._refs", "torch._prims", "torch._decomp")):
+            todo += [v for v in vars(module).values() if isinstance(v, types.FunctionType)]
+    seen: set[int] = set()
+    found: dict[int, Any] = {}
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        if isinstance(f, functools.partial):
+            todo.append(f.func)
+            continue
+        if not isinstance(f, types.FunctionType):
+            continue
+        if getattr(f, "__wrapped__", None) is not None:
+            todo.append(f.__wrapped__)
+        if f.__code__ is inner[0]:
+            wrapped = f.__closure__[slot].cell_contents
+            if isinstance(wrapped, types.FunctionType):
+                found[id(wrapped)] = wrapped
+        for cell in f.__closure__ or ():
+            with contextlib.suppress(ValueError):  # a cell not yet filled
+                if callable(cell.cell_contents):
+                    todo.append(cell.cell_contents)
+    return tuple(found.values())
 
 
 def encode(value: Any) -> Any:

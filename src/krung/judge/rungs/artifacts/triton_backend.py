@@ -159,13 +159,13 @@ def dry_launches(entry: dict[str, Any] | None, cases: list[dict[str, Any]],
     noted as the worker notes them and none run: [{"kind", "label", "launches"}]; and an
     error record for each bench case whose launches could not be found so. `autotune`: the
     worker's chosen configs, taken again for the keys it tuned."""
-    from krung.judge.rungs.artifacts.cases import decode
+    from krung.judge.rungs.artifacts.cases import decode, dynamo_not_imported
     from krung.worker.launches import LaunchLog
 
     entry = entry or {"kind": "function", "name": "kernel"}
     noted, failed = [], []
     log = [LaunchLog()]
-    with _noted_not_run(log, autotune or []):
+    with _noted_not_run(log, autotune or []), dynamo_not_imported():
         try:
             call = _entry(entry)
         except Exception as exc:  # the version's constructor on the meta device

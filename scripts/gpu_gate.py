@@ -50,9 +50,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 # The `gpu` test files, what GPU paths changed last first.
 TEST_FILES = [
-    "tests/test_timing.py", "tests/test_delegation.py", "tests/test_gpu.py", "tests/test_spec.py",
-    "tests/test_service.py", "tests/test_red_team.py", "tests/test_gpu_red_team.py",
-    "tests/test_gpu_persisting_l2.py", "tests/test_sandbox.py", "tests/test_kernelbench.py",
+    "tests/test_gpu_persisting_l2.py", "tests/test_delegation.py", "tests/test_gpu.py",
+    "tests/test_red_team.py", "tests/test_timing.py", "tests/test_spec.py",
+    "tests/test_service.py", "tests/test_gpu_red_team.py", "tests/test_sandbox.py",
+    "tests/test_kernelbench.py",
     "tests/test_gpumode.py", "tests/test_builtin_problems.py", "tests/test_scale.py",
     "tests/test_gpu_profile_trace.py", "tests/test_gpu_roofline.py", "tests/test_gpu_dsls.py",
 ]

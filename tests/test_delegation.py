@@ -227,21 +227,24 @@ def test_a_vendor_librarys_device_kernels_beside_a_token_kernel_are_delegation()
              "void hopper_gemm_kernel<float>(float const*, float*, int)": None,
              "beat_cublas_gemm": None, "vector_fft_kernel": None, "fft_r2c_radix4": None}
     assert {name: library_kernel(name) for name in names} == names
+    off = Delegation()  # KRUNG_LIBRARY_KERNELS off (the default until the GPU gate runs it)
+    assert off.note({"kernels": ["token_kernel"], "device_kernels": [
+        "token_kernel", "ampere_sgemm_128x64_tn"]}, "n=64", None) is False
 
     gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas"
     for reference_kernels in ({gemm}, set()):
-        delegation = Delegation(reference_kernels=reference_kernels)
+        delegation = Delegation(reference_kernels=reference_kernels, library_kernels=True)
         token = {"kernels": ["token_kernel"], "device_kernels": ["token_kernel", gemm]}
         assert delegation.note(token, "n=64", None) is True
         figures = delegation.figures(traced=False)
         assert figures["own_kernels"] == ["token_kernel"]
         assert figures["library_work"] == [f"cuBLAS kernels: {gemm}"]
     # A CUDA C++ kernel of the version's own named like cuBLAS's: its source spells the name.
-    own = Delegation(named={"ampere_sgemm_128x64_tn", "torch"})
+    own = Delegation(named={"ampere_sgemm_128x64_tn", "torch"}, library_kernels=True)
     assert own.note({"kernels": [], "device_kernels": ["ampere_sgemm_128x64_tn"]}, "n=64",
                     None) is False
     assert own.figures(traced=False)["own_kernels"] == ["ampere_sgemm_128x64_tn"]
-    honest = Delegation(reference_kernels={gemm})
+    honest = Delegation(reference_kernels={gemm}, library_kernels=True)
     assert honest.note({"kernels": ["gemm_kernel_tuned"], "device_kernels": [
         "gemm_kernel_tuned", "void at::native::vectorized_elementwise_kernel<4>"]},
         "n=64", None) is False
@@ -327,7 +330,8 @@ def test_on_a_gpu_cupti_tells_own_cuda_kernels_from_the_references_library_kerne
     beside = TOKEN_KERNEL + TORCH_MM.split("\n\n", 1)[1].replace(
         "return torch.mm(A, B)", "C = torch.mm(A, B)\n        token_kernel[(1,)](C)\n        return C")
     result = krung("run", matmul, version("token_beside_mm", beside), "--device", "cuda",
-                   "--json", "--rungs", RUNGS, "--require-own-kernel")
+                   "--json", "--rungs", RUNGS, "--require-own-kernel",
+                   env={"KRUNG_LIBRARY_KERNELS": "1"})  # off until the gate has run it
     correctness = _rungs(result)["correctness"]  # cuBLAS named: the token kernel carries nothing
     assert correctness["error_type"] == "Delegated" and "cuBLAS" in correctness["error"], \
         correctness

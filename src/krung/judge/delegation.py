@@ -9,7 +9,8 @@ version's (CUDA C++, CuTeDSL, TileLang, cupy, numba). A call that launched none 
 A call that handed work to a library beside its kernels (tensors to numpy, a BLAS or cuBLAS
 symbol called through ctypes: krung.worker.library_calls, on a CPU; on a GPU, a kernel the
 device ran whose name is a vendor library's, cuBLAS, cuBLASLt, cuDNN or cuFFT, whatever path
-launched it: aten, an extension, a graph) is delegated too, own kernel or not, and the library
+launched it: aten, an extension, a graph; KRUNG_LIBRARY_KERNELS, off until the GPU gate
+has run it) is delegated too, own kernel or not, and the library
 is named (`library_work`): a token kernel of its own beside numpy's matmul or cuBLAS's gemm
 does not carry the work.
 
@@ -73,6 +74,14 @@ class Delegation:
     undecided: list[str] = field(default_factory=list)  # cases without a kernel census
     libraries: set[str] = field(default_factory=set)  # work handed to libraries, in words
     named: set[str] = field(default_factory=set)  # identifiers the version's source spells
+    library_kernels: bool = False  # GPU: vendor-library kernels by name (KRUNG_LIBRARY_KERNELS)
+
+    def library_of(self, kernel: str) -> str | None:
+        """The vendor library a device kernel is from, unless the version's source names it
+        (its own CUDA C++, whatever its name) or the rule is off."""
+        if not self.library_kernels or base_name(kernel) in self.named:
+            return None
+        return library_kernel(kernel)
 
     def own_kernels(self, reply: dict[str, Any]) -> list[str]:
         """The kernels of the version's own one call launched."""
@@ -81,7 +90,7 @@ class Delegation:
         if device:
             known = self.reference_kernels or set()
             names |= {k for k in device if k not in known and not is_torch_kernel(k)
-                      and (library_kernel(k) is None or base_name(k) in self.named)}
+                      and self.library_of(k) is None}
         return sorted(names)
 
     def note(self, reply: dict[str, Any], label: str, reference_ops: set[str] | None,
@@ -95,7 +104,7 @@ class Delegation:
             self.version_ops.update(reply["ops"])
         if reference_ops is not None:
             self.reference_ops.update(reference_ops)
-        handed = handed_to_libraries(reply.get("library")) + library_kernels(reply, self.named)
+        handed = handed_to_libraries(reply.get("library")) + self.library_work(reply)
         if handed:  # the work was the library's, whatever kernel stood beside it
             self.libraries.update(handed)
             if label not in self.delegated_cases:
@@ -110,6 +119,18 @@ class Delegation:
         if label not in self.delegated_cases:
             self.delegated_cases.append(label)
         return True
+
+    def library_work(self, reply: dict[str, Any]) -> list[str]:
+        """One call's vendor-library kernels on the device (CUPTI's census), in words; the
+        version's own Triton kernels are its own whatever their names."""
+        own = set(reply.get("kernels") or [])
+        found: dict[str, list[str]] = {}
+        for name in sorted(set(reply.get("device_kernels") or []) - own):
+            library = self.library_of(name)
+            if library:
+                found.setdefault(library, []).append(name if len(name) <= 80
+                                                     else name[:77] + "...")
+        return [f"{library} kernels: {', '.join(names)}" for library, names in found.items()]
 
     def shared_ops(self) -> list[str]:
         """The reference's operators (less the glue) the version ran too."""
@@ -155,20 +176,6 @@ def handed_to_libraries(library: dict[str, Any] | None) -> list[str]:
     if library.get("symbols"):
         handed.append(f"ctypes: {', '.join(library['symbols'])} resolved")
     return handed
-
-
-def library_kernels(reply: dict[str, Any], named: set[str] = frozenset()) -> list[str]:
-    """One call's vendor-library kernels on the device (CUPTI's census), in words; a kernel
-    the version launched from its own Triton code, or whose name its source spells (its own
-    CUDA C++), is its own whatever the name."""
-    own = set(reply.get("kernels") or [])
-    found: dict[str, list[str]] = {}
-    for name in sorted(reply.get("device_kernels") or []):
-        library = (library_kernel(name) if name not in own and base_name(name) not in named
-                   else None)
-        if library:
-            found.setdefault(library, []).append(name if len(name) <= 80 else name[:77] + "...")
-    return [f"{library} kernels: {', '.join(names)}" for library, names in found.items()]
 
 
 def base_name(kernel: str) -> str:

@@ -219,6 +219,11 @@ class Settings:
         "1 to name every kernel a traced checked call and the reference ran on a GPU "
         "(CUPTI: the delegation check's evidence for CUDA C++, CuTeDSL, TileLang kernels); 0 "
         "leaves those names unknown. A second try after krung's own crash runs with it off")
+    library_kernels: bool = setting(
+        False, "KRUNG_LIBRARY_KERNELS",
+        "1 to count the vendor-library kernels a GPU ran (cuBLAS, cuBLASLt, cuDNN, cuFFT, by "
+        "the names CUPTI reports) as work handed to a library, not the version's own: a token "
+        "kernel beside cuBLAS's gemm is delegated. Off until it passes the GPU gate")
     graded: bool = setting(
         False, "KRUNG_GRADED",
         "1: every run is graded (krung run --graded; the MCP server's default): the "

@@ -193,7 +193,8 @@ def run(ctx: Context) -> dict[str, Any]:
     seeds = ctx.settings.seeds
     rows: list[dict[str, Any]] = []
     threads = 0
-    delegation = Delegation(named=source_names(ctx.solution.source))
+    delegation = Delegation(named=source_names(ctx.solution.source),
+                            library_kernels=ctx.settings.library_kernels)
     conduct = KernelConduct()
     failures: list[tuple[str, int, Verdict]] = []
     worst: tuple[float, str, Comparison] | None = None

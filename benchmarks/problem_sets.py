@@ -248,18 +248,21 @@ def _descendant_roles(root: int) -> dict[int, str]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry.name))
-    roles, stack = {}, [root]
+    roles: dict[int, str] = {}
+    stack: list[tuple[int, str | None]] = [(root, None)]
     while stack:
-        pid = stack.pop()
-        stack += children.get(pid, [])
+        pid, parent_role = stack.pop()
         try:
             command = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if b"krung.judge.serve" in command:
-            roles[pid] = "judge"
-        elif b"krung.worker.serve" in command:
+        # A forked worker (krung.worker.zygote) keeps its judge's command line.
+        if b"krung.worker.serve" in command or (b"krung.judge" in command
+                                                 and parent_role == "judge"):
             roles[pid] = "worker"
+        elif b"krung.judge" in command:
+            roles[pid] = "judge"
+        stack += [(child, roles.get(pid)) for child in children.get(pid, [])]
     return roles
 
 

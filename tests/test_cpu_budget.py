@@ -56,4 +56,6 @@ def test_the_cost_model_learns_programs_and_elements_from_the_calls_it_sees():
                    * rng.uniform(0.9, 1.1))
     for rows, cols in ((3, 32768), (97, 100), (16, 8192)):
         truth = a + b * rows + c * rows * cols
-        assert 0.8 * truth <= model.predict({"rows": rows, "cols": cols}) <= 2.5 * truth
+        # 10% noise on 12 calls spanning up to 64 rows: within [0.6, 3] of the truth in all
+        # but about 1 in 10^4 draws (20 times rarer than with absolute errors)
+        assert 0.6 * truth <= model.predict({"rows": rows, "cols": cols}) <= 3.0 * truth

@@ -54,3 +54,28 @@ def test_the_worker_loads_only_protocol_and_worker_modules(tmp_path, preload):
     assert not outside, f"the worker imported judge or host modules: {outside}"
     assert "krung.protocol.channel" in krung_modules  # the log is the worker's, and complete
     assert len(krung_modules) <= MAX_WORKER_MODULES, krung_modules
+
+
+FORKED_PROBE = '''
+import os
+import sys
+
+def kernel(x):
+    loaded = [m for m in sys.modules if m.startswith("krung.") and not re.match(ALLOWED, m)]
+    own = open("/proc/self/cmdline", "rb").read()
+    if b"krung.judge" not in own:
+        raise RuntimeError(f"not a forked worker: {own}")
+    if loaded:
+        raise RuntimeError(f"the forked worker holds judge or host modules: {loaded}")
+    return x * 2 + 1
+'''
+
+
+def test_a_forked_worker_holds_no_judge_or_host_module(krung, scale_problem, version):
+    """On a CPU the worker is forked from the judge's first copy (krung.worker.zygote),
+    made before the judge imports a module of its own: the version finds only the worker's."""
+    probe = FORKED_PROBE.replace("import os\n", f"import os\nimport re\nALLOWED = {ALLOWED.pattern!r}\n")
+    done = krung("run", scale_problem, version("probe", probe), "--json",
+                 "--rungs", "static,compile,run,correctness")
+    result = done.json()
+    assert result["outcome"] == "passed", [r["error"] for r in result["rungs"] if r["error"]]

@@ -205,7 +205,7 @@ class ColdJudge:
         log = run_dir / "judge.log"
         # Its own session: Ctrl-C in the terminal reaches this process, which stops the judge
         # and everything it started, rather than the judge alone.
-        self.process, self.channel = spawn("krung.judge.serve",
+        self.process, self.channel = spawn("krung.judge",
                                            spec.args(log, run_dir / "worker.log"), log=log,
                                            env=spec.env, new_session=True)
         self.pid = self.process.pid

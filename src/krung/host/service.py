@@ -650,7 +650,7 @@ class Service:
         worker_log = self.folder / f"worker-{number}.log"
         judge = JudgeSpec(spec["device"], bool(spec["cuda_ipc"]), int(spec["max_file_bytes"]),
                           dict(spec["env"]))
-        process, channel = spawn("krung.judge.serve", judge.args(log, worker_log, pooled=True),
+        process, channel = spawn("krung.judge", judge.args(log, worker_log, pooled=True),
                                  log=log, env=judge.env, new_session=True)
         return _Pooled(process, channel, log, worker_log)
 

@@ -38,6 +38,7 @@ from typing import Any
 from krung.protocol import build_cache, messages
 from krung.protocol.channel import Channel, ChannelClosed, TooLarge, spawn
 from krung.protocol.errors import RungFailed
+from krung.worker.zygote import Forked, Zygote
 
 LOG_TAIL_BYTES = 16_384
 
@@ -326,7 +327,7 @@ class Candidate:
         self.max_file_bytes = max_file_bytes
         self.log = run_dir / log_name
         self.solution = solution
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen | Forked | None = None
         self.channel: Channel | None = None
         self.facts: dict[str, Any] = {}
         self.dead: str | None = None  # why the worker is gone, once it is
@@ -347,9 +348,10 @@ class Candidate:
         self.hidden: list[str] = []
         self.keep: list[str] = []
 
-    def start(self, preload: tuple[str, ...] = ()) -> None:
+    def start(self, preload: tuple[str, ...] = (), zygote: Zygote | None = None) -> None:
         """Start the worker; `preload`: DSL packages it imports before any version (it still
-        tells which of them the version uses)."""
+        tells which of them the version uses); `zygote`: the worker forked already, made the
+        worker here (krung.worker.zygote), unless it runs under a tool."""
         # No MALLOC_PERTURB_ here: it made every allocation of the process a memset, the
         # channel's receive buffers too (a 128 MiB input took 27 s to arrive). The worker
         # poisons the allocations of the version's checked calls alone (guard.poisoned).
@@ -371,8 +373,15 @@ class Candidate:
         for package in preload:
             args += ["--preload", package]
         _adopt_orphans()
-        self.process, self.channel = spawn("krung.worker.serve", args, log=self.log, env=env,
-                                           new_session=True, prefix=self.prefix, cwd=self.scratch)
+        if zygote is not None and not self.prefix:
+            self.process, self.channel = zygote.start(args, log=self.log, env=env,
+                                                      cwd=self.scratch)
+        else:
+            if zygote is not None:
+                zygote.close()
+            self.process, self.channel = spawn("krung.worker.serve", args, log=self.log,
+                                               env=env, new_session=True, prefix=self.prefix,
+                                               cwd=self.scratch)
         _STARTED.add(self)
 
     def cpu_only(self) -> bool:

@@ -1,6 +1,6 @@
 """The judge: one process per evaluation that owns the truth.
 
-Started as `python -m krung.judge.serve --fd N --device D ...`, by `evaluate` (a cold start) or
+Started as `python -m krung.judge --fd N --device D ...`, by `evaluate` (a cold start) or
 ahead of any evaluation by the warm service (krung.host.service, `--pooled`). Either way it
 starts its candidate worker first and imports torch while that one starts, then reads the one
 request it serves. A pooled judge does more before that: CUDA and the profiler started, the
@@ -44,6 +44,7 @@ from krung.protocol.errors import KrungError, ProblemError, RungFailed
 from krung.protocol.results import RungResult
 from krung.protocol.settings import Settings
 from krung.worker.serve import move_to
+from krung.worker.zygote import Zygote
 
 HEARTBEAT_S = 5.0  # the caller's silence limit (krung.host.evaluate) is several of these
 WORKER_START_S = 300.0  # a pooled judge's wait for its worker's hello
@@ -253,8 +254,9 @@ def _warm(device: str, candidate: Candidate) -> None:
         candidate.hello(WORKER_START_S)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m krung.judge.serve")
+def main(argv: list[str] | None = None, zygote: Zygote | None = None) -> None:
+    """The judge; `zygote`: its worker, forked already (krung.judge.__main__)."""
+    parser = argparse.ArgumentParser(prog="python -m krung.judge")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", default="auto", help="the device its worker runs on")
     parser.add_argument("--cuda-ipc", action="store_true")
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     # The worker starts first, while this process imports torch (and, pooled, warms up).
     candidate = Candidate(args.device, args.worker_log.parent, Path(), args.cuda_ipc,
                           args.max_file_bytes, log_name=args.worker_log.name)
-    candidate.start(preload=("triton",) if args.pooled else ())
+    candidate.start(preload=("triton",) if args.pooled else (), zygote=zygote)
     failed: BaseException | None = None
     device = args.device
     try:

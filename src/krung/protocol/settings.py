@@ -27,6 +27,7 @@ DEVICES = ("auto", "cpu", "cuda")
 PROFILE_SETS = ("fast", "full")
 SERVICE_MODES = ("auto", "on", "off")
 INPUT_CHANGE_MODES = ("cpu", "on", "off")
+FORK_WORKER_MODES = ("cpu", "on", "off")
 CLOCK_CONTROLS = ("none", "base")
 DEFAULT_STORE = Path(".krung") / "krung.db"
 
@@ -194,6 +195,13 @@ class Settings:
         "the warm evaluation service beside the store: auto (use one that runs), on (start "
         "one if none runs; it exits when idle), off (a fresh judge every time)",
         one_of(SERVICE_MODES, "a service mode"))
+    fork_worker: str = setting(
+        "cpu", "KRUNG_FORK_WORKER",
+        "workers forked from a copy of the judge made before it imports anything of its own "
+        "(torch imported once per evaluation instead of twice; krung.worker.zygote): cpu (CPU "
+        "workers only, the default until the GPU gate has run it), on (everywhere) or off "
+        "(every worker a fresh interpreter)",
+        one_of(FORK_WORKER_MODES, "a mode of the worker's start"))
     forbid: str = setting(
         "", "KRUNG_FORBID",
         "Python names the version must not use, comma-separated (torch.matmul,torch.mm), "

@@ -63,13 +63,18 @@ def _fit(calls: list[tuple[int, int, float]]) -> tuple[float, float, float]:
     """Least squares held near the prior: small cases cannot tell a per-program cost from a
     per-element one (16x16 and 3x99 are both mostly programs), and a rate they made up
     would shrink every wide case; a coefficient leaves its prior only where the calls'
-    times, to within PULL_S, need it to. Negative coefficients become 0."""
+    times, to within PULL_S, need it to. Errors count relative to each call's time (a
+    timing's noise is a fraction of it: absolute errors let the longest calls' noise decide
+    the per-program rate), the pull relative to the median call's. Negative coefficients
+    become 0."""
     import numpy as np
 
     x = np.array([[1.0, o, s] for o, s, _ in calls])
     y = np.array([t for *_, t in calls])
-    pull = np.diag([PULL_S / p for p in PRIOR])
-    solved = np.linalg.lstsq(np.vstack([x, pull]), np.concatenate([y, [PULL_S] * 3]),
+    weight = 1 / np.maximum(y, 1e-4)
+    pull = np.diag([PULL_S / p for p in PRIOR]) / np.median(y)
+    solved = np.linalg.lstsq(np.vstack([x * weight[:, None], pull]),
+                             np.concatenate([y * weight, [PULL_S / np.median(y)] * 3]),
                              rcond=None)[0]
     return tuple(float(max(v, 0.0)) for v in solved)  # type: ignore[return-value]
 

@@ -1,0 +1,189 @@
+"""A worker forked rather than started: the judge's first child, made before the judge imports
+any module of its own.
+
+Starting a worker costs an interpreter and `import torch`, as much CPU as the judge's own
+start: on a CPU an evaluation is mostly those two imports. So the judge's entry (`python -m
+krung.judge`) imports torch and the worker's modules first, then forks. The child, the
+zygote, holds nothing of the judge: no judge or host module is loaded and no request, seed or
+input exists yet. It waits for how to start (the worker's arguments, environment, folder and
+log, sent by Candidate.start) and becomes the worker, as `python -m krung.worker.serve` would
+be after its imports. It is used once; a judge that ends without asking closes the pipe and
+the zygote exits with it.
+
+Which workers are forked: KRUNG_FORK_WORKER (CPU workers only until the GPU gate has run it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from krung.protocol.channel import Channel
+
+# What every worker imports before a version: loaded once, in the judge, before the fork.
+PRELOAD = ("torch", "numpy", "krung.worker.serve", "krung.worker.guard", "krung.worker.timing",
+           "krung.worker.launches", "krung.worker.library_calls")
+
+
+class Forked:
+    """The zygote as the judge sees it: the worker's process, with the part of
+    subprocess.Popen's interface the judge uses."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: gone, how is not known
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.001
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+@dataclass
+class Zygote:
+    """The judge's side of a zygote: its pid, the pipe that says how to start, and the
+    judge's end of the worker's channel."""
+
+    pid: int
+    start_fd: int
+    channel_fd: int
+
+    def start(self, args: list[str], *, log: Path, env: dict[str, str],
+              cwd: Path) -> tuple[Forked, Channel]:
+        """Make the zygote the worker `python -m krung.worker.serve ARGS` would be."""
+        spec = json.dumps({"args": args, "log": str(log), "env": env, "cwd": str(cwd)})
+        with open(self.start_fd, "w", closefd=True) as pipe:
+            pipe.write(spec)
+        return Forked(self.pid), Channel(Connection(self.channel_fd))
+
+    def close(self) -> None:
+        """Not needed after all: the zygote exits."""
+        for fd in (self.start_fd, self.channel_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def wanted(mode: str, device: str) -> bool:
+    """Whether a worker on `device` is forked under KRUNG_FORK_WORKER=`mode`."""
+    cpu = device == "cpu" or (device == "auto" and not os.path.exists("/dev/nvidiactl"))
+    return mode == "on" or (mode == "cpu" and cpu)
+
+
+def fork(preload: tuple[str, ...] = PRELOAD) -> Zygote:
+    """Import `preload`, then fork the zygote. Call it while this process has no other
+    thread of its own, no CUDA context and nothing the version must not see."""
+    for name in preload:
+        importlib.import_module(name)
+    ours, theirs = socket.socketpair()
+    start_read, start_write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Python 3.12 warns of any other thread at a fork: numpy's OpenBLAS pool, which OpenBLAS
+    # itself stops around a fork (pthread_atfork); the child has this thread only.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(start_write)
+            ours.close()
+            code = _become_worker(start_read, theirs.detach())
+        except SystemExit as exc:  # argparse's
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(start_read)
+    theirs.close()
+    return Zygote(pid, start_write, ours.detach())
+
+
+def _become_worker(start_fd: int, channel_fd: int) -> int:
+    _close_all_but(start_fd, channel_fd)
+    with open(start_fd, "rb") as pipe:
+        text = pipe.read()
+    if not text:  # the judge ended without a worker
+        return 0
+    spec: dict[str, Any] = json.loads(text)
+    os.setsid()  # a session of its own, as a started worker's (start_new_session)
+    null = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(spec["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    # Unbuffered, as PYTHONUNBUFFERED (worker_env) makes a started worker's: a killed
+    # worker's last words are in its log.
+    for name in ("stdout", "stderr"):
+        stream = io.TextIOWrapper(io.FileIO(1 if name == "stdout" else 2, "w", closefd=False),
+                                  encoding="utf-8", errors="backslashreplace",
+                                  write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    os.chdir(spec["cwd"])
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    tempfile.tempdir = None  # the judge's was found before HOME and TMPDIR changed
+    # The judge's package (empty, imported to reach its entry) is no worker module.
+    for name in [m for m in sys.modules if m == "krung.judge" or m.startswith("krung.judge.")]:
+        del sys.modules[name]
+    from krung.worker import serve
+
+    sys.argv = [serve.__file__, "--fd", str(channel_fd), *spec["args"]]  # as if started
+    serve.main(sys.argv[1:])
+    return 0
+
+
+def _close_all_but(*kept: int) -> None:
+    """Close every descriptor the judge had but stdin, stdout, stderr and `kept`: the
+    judge's channel to its caller above all, whose end must close when the judge dies."""
+    low = 3
+    for fd in sorted(kept):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))

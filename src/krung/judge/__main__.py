@@ -1,6 +1,7 @@
 """`python -m krung.judge ARGS`: a judge process (krung.judge.serve, whose arguments these
-are). Where its worker is forked (KRUNG_FORK_WORKER), the worker's zygote is forked here
-first, before any module of the judge is imported (krung.worker.zygote)."""
+are). Where its worker is forked (KRUNG_FORK_WORKER), the zygotes of its worker and of the
+artifacts rung's build process are forked here first, before any module of the judge is
+imported (krung.worker.zygote)."""
 
 import argparse
 import sys
@@ -21,6 +22,7 @@ def main() -> None:
     forked = None
     if zygote.wanted(mode, known.device):
         forked = zygote.fork()
+        zygote.keep(zygote.fork("build"))  # the artifacts rung's, if it runs
     from krung.judge.serve import main as serve
 
     serve(sys.argv[1:], forked)

@@ -1,5 +1,5 @@
-"""A worker forked rather than started: the judge's first child, made before the judge imports
-any module of its own.
+"""Workers forked rather than started: the judge's first children, made before the judge
+imports any module of its own.
 
 Starting a worker costs an interpreter and `import torch`, as much CPU as the judge's own
 start: on a CPU an evaluation is mostly those two imports. So the judge's entry (`python -m
@@ -8,7 +8,8 @@ zygote, holds nothing of the judge: no judge or host module is loaded and no req
 input exists yet. It waits for how to start (the worker's arguments, environment, folder and
 log, sent by Candidate.start) and becomes the worker, as `python -m krung.worker.serve` would
 be after its imports. It is used once; a judge that ends without asking closes the pipe and
-the zygote exits with it.
+the zygote exits with it. A second zygote becomes the artifacts rung's build process
+(krung.judge.rungs.artifacts.build), which imports the version too: `ROLES`.
 
 Which workers are forked: KRUNG_FORK_WORKER (CPU workers only until the GPU gate has run it).
 """
@@ -38,6 +39,9 @@ from krung.protocol.channel import Channel
 # What every worker imports before a version: loaded once, in the judge, before the fork.
 PRELOAD = ("torch", "numpy", "krung.worker.serve", "krung.worker.guard", "krung.worker.timing",
            "krung.worker.launches", "krung.worker.library_calls")
+# The processes a zygote may become, by role: the module whose main(argv) it runs.
+ROLES = {"worker": "krung.worker.serve", "build": "krung.judge.rungs.artifacts.build"}
+_spare: dict[str, Zygote] = {}  # this process's zygotes not yet used, by role
 
 
 class Forked:
@@ -86,11 +90,13 @@ class Zygote:
     pid: int
     start_fd: int
     channel_fd: int
+    role: str = "worker"
 
     def start(self, args: list[str], *, log: Path, env: dict[str, str],
               cwd: Path) -> tuple[Forked, Channel]:
-        """Make the zygote the worker `python -m krung.worker.serve ARGS` would be."""
-        spec = json.dumps({"args": args, "log": str(log), "env": env, "cwd": str(cwd)})
+        """Make the zygote the process `python -m MODULE ARGS` of its role would be."""
+        spec = json.dumps({"args": args, "log": str(log), "env": env, "cwd": str(cwd),
+                           "role": self.role})
         with open(self.start_fd, "w", closefd=True) as pipe:
             pipe.write(spec)
         return Forked(self.pid), Channel(Connection(self.channel_fd))
@@ -108,9 +114,19 @@ def wanted(mode: str, device: str) -> bool:
     return mode == "on" or (mode == "cpu" and cpu)
 
 
-def fork(preload: tuple[str, ...] = PRELOAD) -> Zygote:
-    """Import `preload`, then fork the zygote. Call it while this process has no other
-    thread of its own, no CUDA context and nothing the version must not see."""
+def keep(zygote: Zygote) -> None:
+    """Keep `zygote` for whoever in this process starts a process of its role (`take`)."""
+    _spare[zygote.role] = zygote
+
+
+def take(role: str) -> Zygote | None:
+    """The spare zygote of `role` (once), or None: then the process is started."""
+    return _spare.pop(role, None)
+
+
+def fork(role: str = "worker", preload: tuple[str, ...] = PRELOAD) -> Zygote:
+    """Import `preload`, then fork a zygote of `role`. Call it while this process has no
+    other thread of its own, no CUDA context and nothing the version must not see."""
     for name in preload:
         importlib.import_module(name)
     ours, theirs = socket.socketpair()
@@ -139,7 +155,7 @@ def fork(preload: tuple[str, ...] = PRELOAD) -> Zygote:
             os._exit(code)
     os.close(start_read)
     theirs.close()
-    return Zygote(pid, start_write, ours.detach())
+    return Zygote(pid, start_write, ours.detach(), role)
 
 
 def _become_worker(start_fd: int, channel_fd: int) -> int:
@@ -170,12 +186,12 @@ def _become_worker(start_fd: int, channel_fd: int) -> int:
     os.environ.update(spec["env"])
     tempfile.tempdir = None  # the judge's was found before HOME and TMPDIR changed
     # The judge's package (empty, imported to reach its entry) is no worker module.
-    for name in [m for m in sys.modules if m == "krung.judge" or m.startswith("krung.judge.")]:
-        del sys.modules[name]
-    from krung.worker import serve
-
-    sys.argv = [serve.__file__, "--fd", str(channel_fd), *spec["args"]]  # as if started
-    serve.main(sys.argv[1:])
+    if spec["role"] == "worker":
+        for name in [m for m in sys.modules if m == "krung.judge" or m.startswith("krung.judge.")]:
+            del sys.modules[name]
+    module = importlib.import_module(ROLES[spec["role"]])
+    sys.argv = [module.__file__, "--fd", str(channel_fd), *spec["args"]]  # as if started
+    module.main(sys.argv[1:])
     return 0
 
 

@@ -219,6 +219,7 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
         worker_env,
     )
     from krung.protocol.channel import ChannelClosed, spawn
+    from krung.worker import zygote
 
     # The version's code runs there (its import, its entry on the cases' shapes): fenced as
     # the worker is (docs/trust.md): allow-listed environment, a scratch folder, the walls.
@@ -236,9 +237,13 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                  "hidden": hidden, "keep": keep}
         if ctx.device == "cpu":  # where the store can be hidden (as in the worker)
             args.append("--private-mounts")
-    process, channel = spawn("krung.judge.rungs.artifacts.build", args,
-                             log=ctx.run_dir / "build.log", env=env, new_session=True,
-                             cwd=scratch)
+    forked = zygote.take("build")  # made at the judge's start (KRUNG_FORK_WORKER)
+    if forked is not None:
+        process, channel = forked.start(args, log=ctx.run_dir / "build.log", env=env, cwd=scratch)
+    else:
+        process, channel = spawn("krung.judge.rungs.artifacts.build", args,
+                                 log=ctx.run_dir / "build.log", env=env, new_session=True,
+                                 cwd=scratch)
     timeout = 2 * ctx.settings.compile_timeout_s
     what = f"compiling the version's kernels for {target.arch}"
     cases, entry, unmade = [], None, []

@@ -11,7 +11,7 @@ median of each over the turns, its ratio to import torch, and the rungs' split o
 turn.
 
     python benchmarks/loop_latency.py [--problem softmax] [--solution PATH] [--device auto]
-        [--rungs static,compile,run,correctness] [--turns 5]
+        [--rungs static,compile,run,correctness] [--turns 5] [--changed]
 
 Issue 18's targets: on a CPU, static..correctness <= 1.5x import torch; on the H200, warm
 static..roofline without the profile <= 5 s and cold <= 15 s:
@@ -76,6 +76,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--rungs", default=CPU_RUNGS)
     parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--changed", action="store_true",
+                        help="a changed version every turn (a comment added: a new sha256, "
+                             "new compile caches), as an agent's next version would be")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -86,13 +89,23 @@ def main() -> None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"),
                                                           env.get("PYTHONPATH")]))
         torch_cmd = [sys.executable, "-c", "import torch"]
-        run_cmd = [sys.executable, "-m", "krung", "run", args.problem, str(args.solution),
+        solution = args.solution
+        if args.changed:  # beside the original, so its imports and neighbours still resolve
+            solution = args.solution.with_name(f"loop_latency_{os.getpid()}_{solution.name}")
+        original = args.solution.read_text()
+        run_cmd = [sys.executable, "-m", "krung", "run", args.problem, str(solution),
                    "--rungs", args.rungs, "--device", args.device, "--json"]
+        turns = iter(range(1 << 30))
+
+        def change() -> None:
+            if args.changed:
+                solution.write_text(f"{original}\n# turn {next(turns)}\n")
         cold_env = dict(env, KRUNG_SERVICE="off")
         warm_env = dict(env, KRUNG_SERVICE="auto")
         service.start(store, idle_s=3600)
         try:
             print("untimed first turns (compile, calibrate)", file=sys.stderr, flush=True)
+            change()
             timed(run_cmd, cold_env)
             timed(run_cmd, warm_env)
             figures: dict[str, list[float]] = {"import torch": [], "cold": [], "warm": []}
@@ -101,10 +114,12 @@ def main() -> None:
                 # the service replaces the judge the last warm turn used: not beside a timing
                 wait_ready(store)
                 figures["import torch"].append(timed(torch_cmd, env)[0])
+                change()
                 seconds, out = timed(run_cmd, cold_env)
                 figures["cold"].append(seconds)
                 splits["cold"].append(rung_split(out))
                 wait_ready(store)
+                change()
                 seconds, out = timed(run_cmd, warm_env)
                 figures["warm"].append(seconds)
                 splits["warm"].append(rung_split(out))
@@ -113,9 +128,12 @@ def main() -> None:
                       file=sys.stderr, flush=True)
         finally:
             service.stop(store)
+            if args.changed:
+                solution.unlink(missing_ok=True)
 
     torch_s = statistics.median(figures["import torch"])
-    print(f"loop latency: {args.problem} / {args.solution.name}, rungs {args.rungs}, device "
+    print(f"loop latency: {args.problem} / {args.solution.name}"
+          f"{' (changed every turn)' if args.changed else ''}, rungs {args.rungs}, device "
           f"{args.device}, {os.cpu_count()} CPU cores; median of {args.turns} turns")
     print(f"{'':<14} {'median s':>9} {'x import torch':>15} {'min s':>7} {'max s':>7}")
     for name, values in figures.items():

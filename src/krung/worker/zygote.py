@@ -17,6 +17,7 @@ Which workers are forked: KRUNG_FORK_WORKER (CPU workers only until the GPU gate
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import io
 import json
@@ -133,6 +134,9 @@ def fork(role: str = "worker", preload: tuple[str, ...] = PRELOAD) -> Zygote:
     start_read, start_write = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
+    # The objects made so far out of the collector's reach: its passes would write to every
+    # page they are on, copying pages the zygote and the judge share (copy-on-write).
+    gc.freeze()
     # Python 3.12 warns of any other thread at a fork: numpy's OpenBLAS pool, which OpenBLAS
     # itself stops around a fork (pthread_atfork); the child has this thread only.
     with warnings.catch_warnings():

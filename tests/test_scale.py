@@ -226,7 +226,9 @@ def test_ssh_executor_explains_an_unreachable_host(scale_problem, version, setti
     assert "without a password" in outcome.hint
 
 
-# Local Ray clusters one at a time (`make test` runs tests in parallel, --dist loadgroup).
+# Local Ray clusters one at a time (`make test` runs tests in parallel, --dist loadgroup), in
+# `make test-all`: a local cluster's start (its dashboard and workers) is 10-15 s of CPU each.
+@pytest.mark.slow
 @pytest.mark.xdist_group("ray")
 def test_ray_executor_on_a_local_instance(scale_problem, version, settings):
     ray = pytest.importorskip("ray")
@@ -244,6 +246,7 @@ def test_ray_executor_on_a_local_instance(scale_problem, version, settings):
     assert Store(settings.store).get(runs["good"].run_id).env["evaluated_on"] == "ray:local"
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("ray")
 def test_ray_reserves_a_gpu_for_an_auto_device_job_on_a_cluster_with_gpus(scale_problem,
                                                                        version, store):

@@ -373,12 +373,14 @@ class Candidate:
         for package in preload:
             args += ["--preload", package]
         _adopt_orphans()
+        forked = None
         if zygote is not None and not self.prefix:
-            self.process, self.channel = zygote.start(args, log=self.log, env=env,
-                                                      cwd=self.scratch)
+            forked = zygote.start(args, log=self.log, env=env, cwd=self.scratch)
+        elif zygote is not None:
+            zygote.close()
+        if forked is not None:
+            self.process, self.channel = forked
         else:
-            if zygote is not None:
-                zygote.close()
             self.process, self.channel = spawn("krung.worker.serve", args, log=self.log,
                                                env=env, new_session=True, prefix=self.prefix,
                                                cwd=self.scratch)

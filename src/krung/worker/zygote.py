@@ -94,12 +94,19 @@ class Zygote:
     role: str = "worker"
 
     def start(self, args: list[str], *, log: Path, env: dict[str, str],
-              cwd: Path) -> tuple[Forked, Channel]:
-        """Make the zygote the process `python -m MODULE ARGS` of its role would be."""
+              cwd: Path) -> tuple[Forked, Channel] | None:
+        """Make the zygote the process `python -m MODULE ARGS` of its role would be; None
+        when it is gone (killed meanwhile): then the caller starts the process."""
         spec = json.dumps({"args": args, "log": str(log), "env": env, "cwd": str(cwd),
                            "role": self.role})
-        with open(self.start_fd, "w", closefd=True) as pipe:
-            pipe.write(spec)
+        try:
+            with open(self.start_fd, "w", closefd=True) as pipe:
+                pipe.write(spec)
+        except OSError:  # its end of the pipe is closed: it died
+            with contextlib.suppress(OSError):
+                os.close(self.channel_fd)
+            Forked(self.pid).poll()  # reaped
+            return None
         return Forked(self.pid), Channel(Connection(self.channel_fd))
 
     def close(self) -> None:

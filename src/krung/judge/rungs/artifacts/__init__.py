@@ -237,9 +237,11 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                  "hidden": hidden, "keep": keep}
         if ctx.device == "cpu":  # where the store can be hidden (as in the worker)
             args.append("--private-mounts")
-    forked = zygote.take("build")  # made at the judge's start (KRUNG_FORK_WORKER)
+    spare = zygote.take("build")  # made at the judge's start (KRUNG_FORK_WORKER)
+    forked = spare.start(args, log=ctx.run_dir / "build.log", env=env, cwd=scratch) \
+        if spare is not None else None
     if forked is not None:
-        process, channel = forked.start(args, log=ctx.run_dir / "build.log", env=env, cwd=scratch)
+        process, channel = forked
     else:
         process, channel = spawn("krung.judge.rungs.artifacts.build", args,
                                  log=ctx.run_dir / "build.log", env=env, new_session=True,

@@ -35,18 +35,20 @@ demo: $(BIN)/krung
 lint: $(BIN)/krung
 	$(BIN)/ruff check src tests benchmarks problems
 
-# Tests that cannot share the machine with each other name one xdist_group: they run in turn.
 # Half as many test processes again as cores: tests wait on their judges, workers and services
 # part of the time (2 cores: 536 s with 2 processes, 520 s with 3, stop 37).
 TEST_PROCESSES ?= $(shell $(PYTHON) -c 'import os; n = len(os.sched_getaffinity(0)); print(n + n // 2)')
-PYTEST := -m pytest -n $(TEST_PROCESSES) --dist loadgroup
+PYTEST := -m pytest -n $(TEST_PROCESSES)
+# Tests that cannot share the machine with each other name one xdist_group: they run in turn
+# (in make test-all). make test has none: an idle process takes tests queued for a busy one.
+GROUPED := --dist loadgroup
 
 test: lint
-	$(BIN)/python $(PYTEST) -m "not slow"
+	$(BIN)/python $(PYTEST) --dist worksteal -m "not slow"
 
 # What genuinely takes long: nvcc over torch's headers, whole problem sets and suites, soak runs.
 test-all: $(BIN)/krung
-	$(BIN)/python $(PYTEST) -m slow
+	$(BIN)/python $(PYTEST) $(GROUPED) -m slow
 
 $(NEWEST)/bin/krung: pyproject.toml
 	$(PYTHON) -m venv $(NEWEST)
@@ -58,7 +60,7 @@ $(NEWEST)/bin/krung: pyproject.toml
 # The newest packages on the tests where a toolchain can break krung on a CPU (marker
 # `newest`: the ladder under Triton's interpreter, the interpreter's fixes, the CLI, MCP).
 test-newest: $(NEWEST)/bin/krung
-	$(NEWEST)/bin/python $(PYTEST) -m newest
+	$(NEWEST)/bin/python $(PYTEST) $(GROUPED) -m newest
 
 clean:
 	rm -rf $(VENV) $(NEWEST) .krung .pytest_cache .ruff_cache

@@ -35,6 +35,7 @@ def test_every_case_is_compiled_afresh_whatever_the_recompile_limit():
     assert baseline.error is None and baseline.figures()["compiled_warm_up_s"] > 0
 
 
+@pytest.mark.slow  # torch.compile (inductor builds C++) of the reference
 def test_a_recompile_inside_the_timing_is_an_error_not_a_figure():
     baseline = CompiledBaseline(_scale)
     compiled = baseline.warm((torch.randn(64) + 3,))
@@ -44,6 +45,7 @@ def test_a_recompile_inside_the_timing_is_an_error_not_a_figure():
     assert baseline.warm((torch.randn(64) + 3,)) is None  # and the baseline stays off
 
 
+@pytest.mark.slow  # torch.compile (inductor builds C++) of every case's reference
 def test_vs_compiled_times_torch_compile_of_the_reference_too(krung, scale_problem, version,
                                                               shared_runs):
     # Inductor really compiles the reference here (a C++ compiler on the CPU).

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.gpu
-
 # Shared by the cheat and the honest variant: the work on a side stream, joined.
 PERSISTING_WINDOW = '''
 import ctypes
@@ -17,7 +15,8 @@ import torch
 
 PIN = {pin}
 # cudaLimitPersistingL2CacheSize, cudaStreamAttributeAccessPolicyWindow (= cudaLaunchAttribute-
-# AccessPolicyWindow, 1: 3 is the synchronization policy), cudaAccessProperty{Persisting,Streaming}
+# AccessPolicyWindow, 1: 3 is the synchronization policy), cudaAccessPropertyPersisting and
+# cudaAccessPropertyStreaming
 LIMIT, WINDOW, PERSISTING, STREAMING = 0x06, 1, 2, 1
 
 
@@ -69,6 +68,7 @@ def kernel(x):
 '''
 
 
+@pytest.mark.gpu
 def test_the_worker_reads_and_resets_the_persisting_l2():
     """The mechanism the cheat uses works on this GPU, and krung.worker.l2 sees and undoes it."""
     import ctypes
@@ -96,6 +96,14 @@ def test_the_worker_reads_and_resets_the_persisting_l2():
     assert (flush.persisting_l2_bytes, flush.resets) == (0, 0)
 
 
+def test_the_window_versions_are_python():
+    """On any machine: the versions the GPU test below runs are well formed (a brace in the
+    template's comment once failed it on the GPU alone, at str.format)."""
+    for pin in (True, False):
+        compile(PERSISTING_WINDOW.format(pin=pin), "pinned.py", "exec")
+
+
+@pytest.mark.gpu
 def test_a_persisting_l2_window_is_reset_before_each_timed_call_and_said(
         krung, scale_problem, version):
     rungs = "static,compile,run,correctness,benchmark"

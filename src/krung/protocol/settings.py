@@ -106,7 +106,7 @@ class Settings:
         one_of(DEVICES, "a device krung knows"))
     seeds: int = setting(3, "KRUNG_SEEDS", "seeds per test case in the correctness rung")
     cpu_check_budget_s: float = setting(
-        1.5, "KRUNG_CPU_CHECK_BUDGET",
+        3.0, "KRUNG_CPU_CHECK_BUDGET",
         "seconds the correctness rung aims to spend on a CPU (Triton's interpreter): cases "
         "are shrunk to fit, keeping what Triton specialises on, and the determinism rung "
         "takes a case that fits a quarter of it; 0 checks every case as declared",

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from krung.protocol import build_cache, messages
-from krung.protocol.channel import Channel, ChannelClosed, TooLarge, spawn
+from krung.protocol.channel import Channel, ChannelClosed, TooLarge
 from krung.protocol.errors import RungFailed
+from krung.worker import zygote as zygotes
 from krung.worker.zygote import Forked, Zygote
 
 LOG_TAIL_BYTES = 16_384
@@ -373,17 +374,9 @@ class Candidate:
         for package in preload:
             args += ["--preload", package]
         _adopt_orphans()
-        forked = None
-        if zygote is not None and not self.prefix:
-            forked = zygote.start(args, log=self.log, env=env, cwd=self.scratch)
-        elif zygote is not None:
-            zygote.close()
-        if forked is not None:
-            self.process, self.channel = forked
-        else:
-            self.process, self.channel = spawn("krung.worker.serve", args, log=self.log,
-                                               env=env, new_session=True, prefix=self.prefix,
-                                               cwd=self.scratch)
+        self.process, self.channel = zygotes.start(
+            zygote, args, log=self.log, env=env, cwd=self.scratch, module="krung.worker.serve",
+            prefix=self.prefix)
         _STARTED.add(self)
 
     def cpu_only(self) -> bool:

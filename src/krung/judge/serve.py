@@ -1,9 +1,9 @@
 """The judge: one process per evaluation that owns the truth.
 
 Started as `python -m krung.judge --fd N --device D ...`, by `evaluate` (a cold start) or
-ahead of any evaluation by the warm service (krung.host.service, `--pooled`). Either way it
-starts its candidate worker first and imports torch while that one starts, then reads the one
-request it serves. A pooled judge does more before that: CUDA and the profiler started, the
+ahead of any evaluation by the warm service (krung.host.service, `--pooled`). Either way its
+worker starts first (forked from it on a CPU, krung.worker.zygote; elsewhere started, while
+this process imports torch), then it reads the one request it serves. A pooled judge does more before that: CUDA and the profiler started, the
 rungs' modules imported, its worker's hello received; then it says `ready`. It imports the
 problem (never the version), makes the inputs, computes the expected outputs and compares;
 the version runs in the worker, which the judge polices.
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None, zygote: Zygote | None = None) -> None:
     faulthandler.enable()
     signal.signal(signal.SIGTERM, abort)
     channel = Channel.from_fd(args.fd)
-    # The worker starts first, while this process imports torch (and, pooled, warms up).
+    # The worker starts first (forked, or started while this process imports torch).
     candidate = Candidate(args.device, args.worker_log.parent, Path(), args.cuda_ipc,
                           args.max_file_bytes, log_name=args.worker_log.name)
     candidate.start(preload=("triton",) if args.pooled else (), zygote=zygote)

@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from krung.protocol.channel import Channel
+from krung.protocol.channel import Channel, spawn
 
 # What every worker imports before a version: loaded once, in the judge, before the fork.
 PRELOAD = ("torch", "numpy", "krung.worker.serve", "krung.worker.guard", "krung.worker.timing",
@@ -120,6 +120,19 @@ def wanted(mode: str, device: str) -> bool:
     """Whether a worker on `device` is forked under KRUNG_FORK_WORKER=`mode`."""
     cpu = device == "cpu" or (device == "auto" and not os.path.exists("/dev/nvidiactl"))
     return mode == "on" or (mode == "cpu" and cpu)
+
+
+def start(zygote: Zygote | None, args: list[str], *, log: Path, env: dict[str, str], cwd: Path,
+          module: str, prefix: list[str] | None = None) -> tuple[Forked | Any, Channel]:
+    """The process `python -m MODULE ARGS` (its own session, stdio to `log`): `zygote` made
+    it, or, with none, a tool to run under (`prefix`), or a zygote gone, a new interpreter."""
+    forked = zygote.start(args, log=log, env=env, cwd=cwd) \
+        if zygote is not None and not prefix else None
+    if forked is not None:
+        return forked
+    if zygote is not None:
+        zygote.close()
+    return spawn(module, args, log=log, env=env, new_session=True, prefix=prefix, cwd=cwd)
 
 
 def keep(zygote: Zygote) -> None:

@@ -218,7 +218,7 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
         worker_cache,
         worker_env,
     )
-    from krung.protocol.channel import ChannelClosed, spawn
+    from krung.protocol.channel import ChannelClosed
     from krung.worker import zygote
 
     # The version's code runs there (its import, its entry on the cases' shapes): fenced as
@@ -237,15 +237,9 @@ def build_kernels(ctx: Context, out_dir: Path, target: Target, dsls: list[str],
                  "hidden": hidden, "keep": keep}
         if ctx.device == "cpu":  # where the store can be hidden (as in the worker)
             args.append("--private-mounts")
-    spare = zygote.take("build")  # made at the judge's start (KRUNG_FORK_WORKER)
-    forked = spare.start(args, log=ctx.run_dir / "build.log", env=env, cwd=scratch) \
-        if spare is not None else None
-    if forked is not None:
-        process, channel = forked
-    else:
-        process, channel = spawn("krung.judge.rungs.artifacts.build", args,
-                                 log=ctx.run_dir / "build.log", env=env, new_session=True,
-                                 cwd=scratch)
+    # forked from the zygote made at the judge's start, where there is one (KRUNG_FORK_WORKER)
+    process, channel = zygote.start(zygote.take("build"), args, log=ctx.run_dir / "build.log",
+                                    env=env, cwd=scratch, module=zygote.ROLES["build"])
     timeout = 2 * ctx.settings.compile_timeout_s
     what = f"compiling the version's kernels for {target.arch}"
     cases, entry, unmade = [], None, []

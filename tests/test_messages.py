@@ -149,6 +149,22 @@ def test_a_reply_the_worker_forges_is_refused(change, words):
     assert "the reply to `call`" in str(caught.value)
 
 
+@pytest.mark.parametrize("ipc", [{"handle": "AAAA", "nbytes": 8, "offset": -64},
+                                 {"handle": "AAAA", "nbytes": 8, "offset": "0"},
+                                 {"nbytes": 8}, "handle"],
+                         ids=["negative_offset", "offset_as_text", "no_handle", "not_a_dict"])
+def test_a_tensor_by_ipc_the_worker_describes_wrongly_is_refused_before_any_is_opened(
+        channel_pair, ipc):
+    """The worker shares its outputs in place (the allocation's handle and an offset into
+    it): an offset or handle it makes up is refused before any IPC handle is opened."""
+    sender, receiver = channel_pair
+    spec = {"__tensor__": 0, "dtype": "float32", "shape": [rng.randint(1, 9)], "stride": [1],
+            "layout": "strided", "device": "cuda:0", "type": "torch.Tensor", "ipc": ipc}
+    sender._conn.send_bytes(json.dumps({**CALLED, "outputs": [spec], "__frames__": 0}).encode())
+    with pytest.raises(messages.ProtocolError, match="IPC description"):
+        receiver.recv(expect=messages.replies(messages.Call(inputs=[])))
+
+
 def test_a_failure_is_decoded_as_one():
     error = {"type": "ZeroDivisionError", "message": "division by zero", "kind": "runtime",
              "hint": None, "location": "v.py:3"}

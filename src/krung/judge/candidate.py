@@ -466,6 +466,9 @@ class Candidate:
                 self._died(what)
             return refused
         reply = self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
+        peak = getattr(reply, "device_peak_mib", None)
+        if peak is not None:  # as the worker said: a figure to read, never a verdict
+            self.facts["device_peak_mib"] = max(peak, self.facts.get("device_peak_mib", 0.0))
         if isinstance(reply, messages.Failed) and reply.error.get("kind") == "intake":
             self._ended(reply, what)  # the worker could not take it and is ending
         if isinstance(reply, messages.Loaded):

@@ -235,7 +235,13 @@ def _worker_facts(candidate: Candidate) -> dict[str, Any]:
     facts = candidate.facts
     # the sandbox the version ran in (krung.worker.guard.restrict), as its worker said
     sandbox = {"sandbox": candidate.sandbox} if candidate.sandbox else {}
-    return {**{k: facts[k] for k in ("triton",) if facts.get(k)}, **sandbox}
+    memory = {}
+    if "device_peak_mib" in facts:  # torch's reservations in each process, at their peak
+        import torch
+
+        memory = {"worker_device_peak_mib": facts["device_peak_mib"],
+                  "judge_device_peak_mib": round(torch.cuda.max_memory_reserved() / 2**20, 1)}
+    return {**{k: facts[k] for k in ("triton",) if facts.get(k)}, **sandbox, **memory}
 
 
 def _warm(device: str, candidate: Candidate) -> None:

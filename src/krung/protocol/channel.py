@@ -45,11 +45,14 @@ class TooLarge(ValueError):
 
 
 class Channel:
-    """With `cuda_ipc`, CUDA tensors travel as IPC handles (krung.protocol.cuda_ipc) instead of bytes."""
+    """With `cuda_ipc`, CUDA tensors travel as IPC handles (krung.protocol.cuda_ipc) instead of
+    bytes: as private copies, or, with `share_in_place` (a worker's channel to its judge), where
+    they lie."""
 
     def __init__(self, connection: Connection, cuda_ipc: bool = False):
         self._conn = connection
         self.cuda_ipc = cuda_ipc
+        self.share_in_place = False
         self._exported: list[Any] = []  # our IPC buffers, freed once the peer has answered
 
     @classmethod
@@ -67,12 +70,15 @@ class Channel:
         specs: list[dict[str, Any]] = []
         _collect_specs(body, specs)
         frames = []
+        if self.cuda_ipc and sum(t.nbytes for t in tensors if t.is_cuda) >= RELEASE_BYTES:
+            _release_cache()  # the peer allocates its copies where our cache would sit
         for spec in sorted(specs, key=_index):
             tensor = tensors[_index(spec)]
             exported = self._export(tensor)
             if exported is not None:
                 self._exported.append(exported)
-                spec["ipc"] = {"handle": exported.handle, "nbytes": exported.nbytes}
+                spec["ipc"] = {"handle": exported.handle, "nbytes": exported.nbytes,
+                               "offset": getattr(exported, "offset", 0)}
             else:
                 frames.append(tensor)
         body["__frames__"] = len(frames)
@@ -85,11 +91,18 @@ class Channel:
 
     def _export(self, tensor: Any) -> Any:
         """The tensor's IPC buffer, or None where it goes through host memory (no IPC asked,
-        not on a GPU, or no room on the GPU for a private copy)."""
+        not on a GPU, or no room on the GPU for a private copy). Shared in place where asked
+        and possible (a contiguous tensor in memory cuIpcGetMemHandle can export: not
+        torch's expandable segments), else a private copy."""
         if not (self.cuda_ipc and tensor.is_cuda and tensor.numel() > 0):
             return None
-        from krung.protocol.cuda_ipc import Exported, NoRoom
+        from krung.protocol.cuda_ipc import Exported, NoRoom, Shared
 
+        if self.share_in_place and tensor.is_contiguous():
+            try:
+                return Shared(tensor)
+            except RuntimeError:
+                pass
         try:
             return Exported(tensor)
         except NoRoom:
@@ -145,7 +158,9 @@ class Channel:
         if "ipc" in spec:
             from krung.protocol.cuda_ipc import import_copy
 
-            return _with_strides(import_copy(spec["ipc"]["handle"], dtype, shape), spec)
+            ipc = spec["ipc"]
+            return _with_strides(import_copy(ipc["handle"], dtype, shape, ipc.get("offset", 0)),
+                                 spec)
         tensor = torch.empty(shape, dtype=dtype)
         if tensor.numel() == 0:
             self._conn.recv_bytes(MAX_FRAME_BYTES)
@@ -162,6 +177,18 @@ class Channel:
     def close(self) -> None:
         self._free_exported()
         self._conn.close()
+
+
+# Tensors of at least this many bytes in one message: the sender first hands its cached free
+# device memory back to the driver (torch keeps what a process freed for itself alone, so at
+# declared sizes the peer's copies would not fit beside it).
+RELEASE_BYTES = 1 << 28
+
+
+def _release_cache() -> None:
+    import torch
+
+    torch.cuda.empty_cache()
 
 
 def spawn(module: str, args: list[str], *, log: Path, env: dict[str, str] | None = None,
@@ -243,6 +270,11 @@ def _checked_nbytes(specs: list[dict[str, Any]], frames: Any) -> int:
         shape = spec.get("shape")
         if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
             raise wrong(f"shape {shape!r}")
+        ipc = spec.get("ipc")
+        if ipc is not None and not (isinstance(ipc, dict) and isinstance(ipc.get("handle"), str)
+                                    and type(ipc.get("offset", 0)) is int
+                                    and ipc.get("offset", 0) >= 0):
+            raise wrong(f"IPC description {ipc!r}")
     framed = sum("ipc" not in s for s in specs)
     if frames != framed:
         raise wrong(f"{frames!r} frames announced, {framed} described")

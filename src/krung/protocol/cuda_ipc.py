@@ -10,6 +10,13 @@ allocation's real size, copies the bytes into a tensor of its own and closes the
 sender frees the buffer once the peer has answered. Uses the driver API through ctypes: no
 dependency beyond torch.
 
+The private copy protects the sender's other data from the receiver: the judge's expected
+outputs from the worker. The worker has nothing to hide from the judge, so what it sends
+(outputs, inputs after a call: several GiB each at declared sizes) is `Shared` in place: the
+handle of the torch allocation that holds the tensor, and the tensor's offset in it, the
+tensor kept alive until the judge has answered. The receiver checks offset and size against
+that allocation's real extent.
+
 At declared sizes (KernelBench's 6 GiB tensors) the buffer may not fit: torch's caching
 allocator keeps what the last case freed, which cuMemAlloc cannot use, so on out of memory the
 cache goes back to the driver and the allocation is tried once more; if it still does not fit,
@@ -74,6 +81,33 @@ class Exported:
             self.pointer = 0
 
 
+class Shared:
+    """A contiguous tensor of this process that another process can open where it lies: the
+    handle of its allocation, and its offset there. For a peer allowed to read the whole
+    allocation (the judge, from its worker); the tensor lives until `free`."""
+
+    def __init__(self, tensor: Any):
+        import torch
+
+        if not tensor.is_contiguous():
+            raise ValueError("only a contiguous tensor is shared in place")
+        self.tensor = tensor
+        self.nbytes = tensor.numel() * tensor.element_size()
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        check(lib().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
+                                            ctypes.c_uint64(tensor.data_ptr())),
+              "cuMemGetAddressRange")
+        self.offset = tensor.data_ptr() - base.value
+        torch.cuda.synchronize()  # the peer reads it from another process: finish its writes
+        handle = _IpcHandle()
+        check(lib().cuIpcGetMemHandle(ctypes.byref(handle), base), "cuIpcGetMemHandle",
+              _FALLBACK)
+        self.handle = base64.b64encode(bytes(handle)).decode()
+
+    def free(self) -> None:
+        self.tensor = None
+
+
 def _allocate(nbytes: int) -> int:
     import torch
 
@@ -88,8 +122,8 @@ def _allocate(nbytes: int) -> int:
     return pointer.value
 
 
-def import_copy(handle: str, dtype: Any, shape: tuple) -> Any:
-    """A tensor of this process holding the bytes behind a peer's IPC handle."""
+def import_copy(handle: str, dtype: Any, shape: tuple, offset: int = 0) -> Any:
+    """A tensor of this process holding the bytes at `offset` behind a peer's IPC handle."""
     import torch
 
     data = base64.b64decode(handle)
@@ -106,10 +140,12 @@ def import_copy(handle: str, dtype: Any, shape: tuple) -> Any:
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         check(lib().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), pointer),
               "cuMemGetAddressRange")
-        if pointer.value + nbytes > base.value + size.value:
-            raise ValueError(f"an IPC buffer of {size.value} bytes for a {shape} {dtype} tensor")
+        start = pointer.value + offset
+        if offset < 0 or start + nbytes > base.value + size.value:
+            raise ValueError(f"an IPC buffer of {size.value} bytes for a {shape} {dtype} tensor "
+                             f"at offset {offset}")
         if nbytes:
-            out.reshape(-1).view(torch.uint8).copy_(_view(pointer.value, nbytes))
+            out.reshape(-1).view(torch.uint8).copy_(_view(start, nbytes))
         torch.cuda.synchronize()
     finally:
         lib().cuIpcCloseMemHandle(pointer)

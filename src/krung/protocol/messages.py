@@ -310,6 +310,7 @@ class Called(Reply):
     # work handed to libraries (krung.worker.library_calls): {"numpy": tensors handed over,
     # "symbols": ["cblas_sgemm (BLAS)", ...] resolved through ctypes}
     library: dict[str, Any] | None = None
+    device_peak_mib: float | None = None  # the most device memory torch reserved so far (GPU)
 
 
 @dataclass(frozen=True)
@@ -325,6 +326,7 @@ class Timed(Reply):
     autotune: list[dict[str, Any]] | None = None  # configs chosen before the timed calls
     # per set, the last change of its inputs before a timed call (krung.worker.guard)
     changed: Tensors | None = None
+    device_peak_mib: float | None = None  # the most device memory torch reserved so far (GPU)
 
 
 @dataclass(frozen=True)

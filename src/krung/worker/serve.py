@@ -102,6 +102,10 @@ class Worker:
                 reply = messages.Failed(self.explain(exc, stage),
                                         sandbox=self.sandbox if stage == "load" else None)
             self.channel.send(reply)
+            # Dropped before the next request arrives: at declared sizes this request's inputs
+            # and outputs (GiB each) would otherwise be held beside the next one's. What the
+            # reply shares in place, the channel holds until the judge answers.
+            data = request = reply = None
 
     def refuse(self, exc: Exception) -> None:
         """Say why this request cannot be taken, then end at once: the rest of the message
@@ -349,8 +353,13 @@ class Worker:
         """What the judge should know about the version's conduct besides its outputs."""
         from krung.worker.guard import python_threads
 
-        return {"tampered": self.sentinels.tampered(),
-                "threads_started": len(python_threads() - self.threads_before)}
+        conduct = {"tampered": self.sentinels.tampered(),
+                   "threads_started": len(python_threads() - self.threads_before)}
+        if self.device != "cpu":  # what a problem at declared sizes needs of the GPU
+            import torch
+
+            conduct["device_peak_mib"] = round(torch.cuda.max_memory_reserved() / 2**20, 1)
+        return conduct
 
     def to_device(self, inputs: list[Any]) -> list[Any]:
         if self.device == "cpu":
@@ -591,6 +600,7 @@ def main(argv: list[str] | None = None) -> None:
 
         l2.start()  # no L2 set aside for persisting lines: a limit found later is the version's
         channel.cuda_ipc = args.cuda_ipc
+        channel.share_in_place = True  # the judge may read all of this process's memory
         if args.warm_profiler:  # on the main thread, CUPTI's one owner (timing.profiler_session)
             from krung.worker.timing import start_profiler
 

@@ -326,6 +326,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         # KernelBench's declared sizes a set reaches 8 GiB, and two rounds' sets and outputs
         # at once ran the H200 out of memory with two problems on it.
         sets = expected = seen = []
+        reply = None  # the last round's timed outputs too
         sets = [first if round_index == n == 0 else
                 ctx.make_inputs(case, ctx.seed_for("benchmark", index, round_index, n))
                 for n in range(count)]

@@ -215,6 +215,9 @@ def run(ctx: Context) -> dict[str, Any]:
                                "index": index}
         started = time.perf_counter()
         for rep in range(case_seeds):
+            # The last call's data dropped before the next is drawn: at declared sizes its
+            # inputs, reference, outputs and inputs after (GiB each) would be held beside it.
+            inputs = expected = reply = verdict = None
             inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
             reference_ops = None
             if stress is not None:  # the generator's draw, its values moved

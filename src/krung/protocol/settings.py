@@ -107,8 +107,9 @@ class Settings:
     seeds: int = setting(3, "KRUNG_SEEDS", "seeds per test case in the correctness rung")
     cpu_check_budget_s: float = setting(
         3.0, "KRUNG_CPU_CHECK_BUDGET",
-        "seconds the correctness rung aims to spend on a CPU (Triton's interpreter): cases "
-        "are shrunk to fit, keeping what Triton specialises on, and the determinism rung "
+        "seconds of the worker's CPU time the correctness rung aims to spend on a CPU "
+        "(Triton's interpreter): cases are shrunk to fit, keeping what Triton specialises on "
+        "and never below 2048 elements, and the determinism rung "
         "takes a case that fits a quarter of it; 0 checks every case as declared",
         zero=True)
     compile_timeout_s: float = setting(180.0, "KRUNG_COMPILE_TIMEOUT",

@@ -13,11 +13,24 @@ Shrinking keeps what Triton specialises a kernel on: sizes move within their cla
 sizes go first, down to the smallest of their class, so the innermost one, which usually
 sets the block size (a row's width), is kept; it shrinks last, first within its power of two
 (`next_power_of_2` unchanged: the same BLOCK), then by halves.
+
+However small the budget, a shrunk case keeps more than one program's work (`FLOOR`): its
+innermost size stays at least min(declared, 2048) and the product of its sizes at least
+min(declared, 2048), so an odd innermost size stops at 2049, three programs of a 1024 block
+and two of a 2048 one (the blocks an elementwise kernel most often takes), the last one
+partial. A case that one program covers hides every bug of a grid or of the masks between
+programs (a grid rounded down passes), and a loaded machine once shrank every case that far.
+The floor costs little: a few programs, a few milliseconds each under the interpreter.
+
+A call's cost is the worker's CPU time over it (`cpu_seconds`), not the judge's wall time:
+wall time grows with whatever else the machine runs (two test suites at once made calls
+look several times dearer), and then the same version was checked on smaller cases.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +40,9 @@ from typing import Any
 PRIOR = (0.02, 0.01, 1e-6)
 PULL_S = 0.01  # how far (in seconds of fit) a coefficient may be pulled off its prior
 SAFETY = 1.25  # predictions are raised by this much: a case past its share costs the rest
+# Elements a shrunk case keeps, in its innermost size and in all, where declared with more:
+# several programs of a typical block (the module's docstring says why).
+FLOOR = 2048
 
 
 @dataclass
@@ -82,26 +98,36 @@ def _fit(calls: list[tuple[int, int, float]]) -> tuple[float, float, float]:
 def shrink(case: dict, fits: Callable[[dict], bool], keep_block: bool = False) -> dict:
     """The case itself if it `fits`, else the first case that does on the way down (outer
     sizes, largest first, then the innermost), or the smallest that way; with `keep_block`
-    the innermost size stays within its power of two."""
+    the innermost size stays within its power of two. No step takes the innermost size or
+    the product of the sizes below FLOOR (or below the declared ones where those are less)."""
     keys = [k for k, v in case.items() if _is_size(v)]
     if fits(case) or not keys:
         return case
     outer, inner = keys[:-1], keys[-1]
+    least_inner, least_size = min(case[inner], FLOOR), min(_measures(case)[1], FLOOR)
+
+    def allowed(smaller: dict) -> bool:
+        return smaller[inner] >= least_inner and _measures(smaller)[1] >= least_size
+
     while True:
-        movable = [k for k in outer if _half(case[k]) != case[k]]
+        movable = [k for k in outer
+                   if _half(case[k]) != case[k] and allowed({**case, k: _half(case[k])})]
         if not movable:
             break
         key = max(movable, key=lambda k: case[k])
         case = {**case, key: _half(case[key])}
         if fits(case):
             return case
-    low = _bucket_floor(case[inner])
-    if low != case[inner]:
-        case = {**case, inner: low}
+    low = {**case, inner: _bucket_floor(case[inner])}
+    if low != case and allowed(low):
+        case = low
         if fits(case):
             return case
     while not keep_block and _half(case[inner]) != case[inner]:
-        case = {**case, inner: _half(case[inner])}
+        smaller = {**case, inner: _half(case[inner])}
+        if not allowed(smaller):
+            break
+        case = smaller
         if fits(case):
             return case
     return case
@@ -151,8 +177,9 @@ class CpuBudget:
         return sorted(range(len(cases)), key=lambda i: case_size(cases[i]))
 
     def note(self, case: dict, seconds: float, first: bool = False) -> None:
-        """A call's wall time; the process's first call (one-time costs: Triton's first
-        launch, a trace that loads Dynamo) neither teaches the model nor spends the budget."""
+        """A call's cost (`CallCost`); the process's first call (one-time costs: Triton's
+        first launch, a trace that loads Dynamo) neither teaches the model nor spends the
+        budget."""
         if first:
             return
         self.model.note(case, seconds)
@@ -198,3 +225,39 @@ class CpuBudget:
         if self.unaffordable:
             figures["bench_paths_unchecked"] = "; ".join(self.unaffordable)
         return figures
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """The CPU time process `pid` has spent so far, all its threads (ended ones too), in
+    seconds to the nanosecond; None where it cannot be read (no such process, not Linux).
+
+    What a checked call costs is read here, the kernel's count for the worker, rather than
+    as the judge's wall time: wall time grows when other processes share the cores, so a
+    loaded machine made every call look dearer and shrank the cases, and CPU time does not.
+    The version's code cannot lower the count (work it hands to another process is not
+    counted, but that only makes its cases larger), and raising it shrinks its cases no
+    further than `FLOOR`. The clock is the process's CPU clock (Linux's encoding of one for
+    another process's pid, what glibc's clock_getcpuclockid gives): finer than /proc's
+    utime and stime (10 ms ticks, too coarse for calls of 5-50 ms), and unlike the threads'
+    schedstat it keeps the time of threads that have ended."""
+    if not pid:
+        return None
+    try:
+        return time.clock_gettime((~pid << 3) | 2)  # CPUCLOCK_SCHED of the whole process
+    except (OSError, AttributeError, OverflowError):  # AttributeError: no clock_gettime
+        return None
+
+
+class CallCost:
+    """What one call costs the worker `pid`: its CPU time from here to `seconds()`
+    (`cpu_seconds`), or the judge's wall time where the CPU time cannot be read."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.wall, self.cpu = time.perf_counter(), cpu_seconds(pid)
+
+    def seconds(self) -> float:
+        cpu = cpu_seconds(self.pid)
+        if cpu is None or self.cpu is None:
+            return time.perf_counter() - self.wall
+        return cpu - self.cpu

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from krung.judge.delegation import Delegation, source_names, traced_reference
 from krung.judge.ladder import Context
 from krung.judge.problem import case_label, case_size
-from krung.judge.problem.cpu_budget import CpuBudget
+from krung.judge.problem.cpu_budget import FLOOR, CallCost, CpuBudget
 from krung.judge.problem.unseen import narrowed, unseen_pairs
 from krung.judge.problem.value_stress import STRESSES, Stress, meaningless, stressed
 from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
@@ -88,16 +88,18 @@ SPEC = RungSpec(
                "break either way, or failed the problem's own check", "text",
                shown=(HTML, AGENT),
                when="when there are some"),
-        Figure("cpu_budget_s", "s", "what the rung aims to spend on the version's calls "
-               "(KRUNG_CPU_CHECK_BUDGET); cases are shrunk to fit (krung.judge.problem."
-               "cpu_budget)", when="on a CPU"),
-        Figure("cpu_spent_s", "s", "what the calls took, less the worker's first", when="on a CPU"),
+        Figure("cpu_budget_s", "s", "the worker's CPU time the rung aims to spend on the "
+               "version's calls (KRUNG_CPU_CHECK_BUDGET); cases are shrunk to fit, never "
+               "below a few programs' work (krung.judge.problem.cpu_budget)", when="on a CPU"),
+        Figure("cpu_spent_s", "s", "the worker's CPU time over the calls, less its first",
+               when="on a CPU"),
         Figure("cpu_cost", "", "the cost per call learned on the way: call_s + per_outer_s x "
                "the outer sizes' product + per_size_s x the sizes' product", "map",
                when="on a CPU"),
         Figure("cases_shrunk", "", "cases checked smaller than declared: `declared -> "
                "checked`; sizes keep Triton's class of them and the innermost its power of "
-               "two where that fits", "text", when="on a CPU, when some were"),
+               "two where that fits; the innermost size and the sizes' product stay at "
+               f"least {FLOOR} (or as declared)", "text", when="on a CPU, when some were"),
         Figure("bench_paths_unchecked", "", "bench cases whose shape no affordable checked "
                "case took (each bench case is checked once at its shape's smallest form "
                "that keeps the innermost size's power of two): the case and the cost",
@@ -237,10 +239,11 @@ def run(ctx: Context) -> dict[str, Any]:
             else:
                 expected = ctx.expected(inputs)
             what = f"case {label}, seed #{rep}"
-            called = time.perf_counter()
+            # the worker's CPU time over the call, on a CPU
+            cost = CallCost(ctx.candidate.pid) if budget is not None else None
             reply = ctx.checked_call(inputs, expected, what, trace=rep == 0 and not stress)
-            if budget is not None:
-                budget.note(case, time.perf_counter() - called, first=done == rep == 0)
+            if budget is not None and cost is not None:
+                budget.note(case, cost.seconds(), first=done == rep == 0)
             threads = max(threads, reply.get("threads_started", 0))
             # On a GPU only the traced call names the device's kernels (CUDA C++ ones too):
             # the others' Triton launches alone cannot tell a delegated call.

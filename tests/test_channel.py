@@ -96,3 +96,38 @@ def test_dense_strided_tensors_keep_their_layout(pair):
     assert got[0].stride() == column_major.stride() and torch.equal(got[0], column_major)
     assert got[1].stride() == permuted.stride() and torch.equal(got[1], permuted)
     assert got[2].is_contiguous() and torch.equal(got[2], sliced)
+
+
+class _Buffer:
+    """Stands for an IPC buffer this side exported (none can be made without a GPU)."""
+
+    def __init__(self, freed: list[str], name: str):
+        self.freed, self.name = freed, name
+
+    def free(self) -> None:
+        self.freed.append(self.name)
+
+
+def test_the_peers_acknowledgement_frees_our_copies_and_is_no_message(pair):
+    """A worker says it has copied what came by IPC before it runs the request: the judge's
+    `poll` frees its private copies on that word (a benchmark's input sets are not held
+    twice while they are timed) and goes on waiting for the reply itself."""
+    from krung.protocol.channel import COPIED
+
+    judge, worker = pair
+    freed: list[str] = []
+    judge._exported = [_Buffer(freed, "a"), _Buffer(freed, "b")]
+    worker._conn.send_bytes(COPIED)
+    assert not judge.poll(0.2)  # an acknowledgement alone is no message
+    assert freed == ["a", "b"] and judge._exported == []
+    judge._exported = [_Buffer(freed, "c")]
+    values = torch.randn(5, generator=torch.Generator().manual_seed(torch.seed()))
+    worker._conn.send_bytes(COPIED)
+    worker.send({"ok": True, "y": values})
+    assert judge.poll(5)
+    assert freed == ["a", "b", "c"]
+    got = judge.recv()
+    assert got["ok"] and torch.equal(got["y"], values)
+    worker._conn.send_bytes(COPIED)  # read by `recv` without a `poll` first, too
+    worker.send({"ok": False})
+    assert judge.recv() == {"ok": False}

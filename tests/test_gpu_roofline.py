@@ -183,6 +183,7 @@ def test_the_profiled_case_is_the_worst_and_only_its_limiter_reads_the_counters(
     run = result.json()
     rungs = {r["name"]: r for r in run["rungs"]}
     assert rungs["profile"]["status"] == "ok", rungs["profile"]
+    assert rungs["roofline"]["status"] == "ok", rungs["roofline"]
     figures = rungs["roofline"]["figures"]
     profiled = rungs["profile"]["figures"]["case"]
     print(json.dumps({"profiled": profiled, "worst": figures["worst_case"],

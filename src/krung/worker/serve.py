@@ -601,6 +601,7 @@ def main(argv: list[str] | None = None) -> None:
         l2.start()  # no L2 set aside for persisting lines: a limit found later is the version's
         channel.cuda_ipc = args.cuda_ipc
         channel.share_in_place = True  # the judge may read all of this process's memory
+        channel.acknowledge = True  # the judge frees its copies of the inputs once we have ours
         if args.warm_profiler:  # on the main thread, CUPTI's one owner (timing.profiler_session)
             from krung.worker.timing import start_profiler
 

@@ -71,6 +71,10 @@ NOT_IN_GATE = ("tests/test_builtin_problems.py::", "test_each_dsl_example_passes
 SLOW_TESTS = ("test_the_cuda_ladder_runs_inside_the_walls", "never_ends_times_out",
               "test_every_figure_a_gpu_run_reports", "cupti_tells_own_cuda_kernels")
 CHUNK = 3  # tests per pytest process: its start (torch, conftest) paid once for a few
+# Files whose tests take a minute or more each beside the rest (Nsight Compute, nvcc): one test
+# per pytest, so that they spread over the processes rather than queue in one. (The roofline's
+# stay together: a pytest's tests share one calibration.)
+ALONE = ("tests/test_gpu_profile_trace.py", "tests/test_gpu_dsls.py")
 RUN_LIMIT_S = 180  # a corpus run without a verdict by then is hung
 # What a judge's or worker's log holds only when CUPTI, kineto or the process broke.
 CRASH_MARKS = re.compile(r"Segmentation fault|Fatal Python error|MULTIPLE_SUBSCRIBERS|"
@@ -166,7 +170,9 @@ def gpu_tests() -> list[list[str]]:
     rest = [n for n in nodes if [n] not in slow]
     chunks = []
     for node in rest:  # a few tests of one file together (its module fixtures built once)
-        if chunks and len(chunks[-1]) < CHUNK and chunks[-1][0].split("::")[0] == node.split("::")[0]:
+        file = node.split("::")[0]
+        if (chunks and len(chunks[-1]) < CHUNK and chunks[-1][0].split("::")[0] == file
+                and file not in ALONE):
             chunks[-1].append(node)
         else:
             chunks.append([node])

@@ -116,6 +116,22 @@ def test_the_cost_model_learns_programs_and_elements_from_the_calls_it_sees():
         assert 0.6 * truth <= model.predict({"rows": rows, "cols": cols}) <= 3.0 * truth
 
 
+def test_calls_that_cost_the_same_at_every_size_do_not_make_a_huge_case_look_free():
+    """Small cases' calls whose cost is all per call, the larger ones a little cheaper by
+    chance: the fit says nothing grows with size, yet a case of 10^10 elements is not
+    predicted to fit a budget (a 4096^3 matmul bench case was checked whole, and ran for
+    minutes)."""
+    rng = random.Random()
+    model = CostModel()
+    base = rng.uniform(0.02, 0.05)
+    for _ in range(10):
+        m, n, k = rng.randint(1, 16), rng.randint(1, 16), rng.randint(1, 1100)
+        model.note({"M": m, "N": n, "K": k},
+                   base * (1 - 0.3 * m * n * k / (16 * 16 * 1100)) * rng.uniform(0.99, 1.01))
+    assert model.predict({"M": 4096, "N": 4096, "K": 4096}) > 60
+    assert model.predict({"M": 16, "N": 16, "K": 64}) < 2 * base
+
+
 # A child that waits for a line, spends `seconds` (burning CPU, part of it in a thread that
 # has ended by then, or asleep), then says so and waits to be told to exit.
 CHILD = """

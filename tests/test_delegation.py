@@ -227,7 +227,7 @@ def test_a_vendor_librarys_device_kernels_beside_a_token_kernel_are_delegation()
              "void hopper_gemm_kernel<float>(float const*, float*, int)": None,
              "beat_cublas_gemm": None, "vector_fft_kernel": None, "fft_r2c_radix4": None}
     assert {name: library_kernel(name) for name in names} == names
-    off = Delegation()  # KRUNG_LIBRARY_KERNELS off (the default until the GPU gate runs it)
+    off = Delegation()  # KRUNG_LIBRARY_KERNELS=0
     assert off.note({"kernels": ["token_kernel"], "device_kernels": [
         "token_kernel", "ampere_sgemm_128x64_tn"]}, "n=64", None) is False
 
@@ -331,7 +331,7 @@ def test_on_a_gpu_cupti_tells_own_cuda_kernels_from_the_references_library_kerne
         "return torch.mm(A, B)", "C = torch.mm(A, B)\n        token_kernel[(1,)](C)\n        return C")
     result = krung("run", matmul, version("token_beside_mm", beside), "--device", "cuda",
                    "--json", "--rungs", RUNGS, "--require-own-kernel",
-                   env={"KRUNG_LIBRARY_KERNELS": "1"})  # off until the gate has run it
+                   env={"KRUNG_LIBRARY_KERNELS": "1"})  # the default, said: the test is about it
     correctness = _rungs(result)["correctness"]  # cuBLAS named: the token kernel carries nothing
     assert correctness["error_type"] == "Delegated" and "cuBLAS" in correctness["error"], \
         correctness

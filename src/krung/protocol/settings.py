@@ -106,7 +106,7 @@ class Settings:
         one_of(DEVICES, "a device krung knows"))
     seeds: int = setting(3, "KRUNG_SEEDS", "seeds per test case in the correctness rung")
     cpu_check_budget_s: float = setting(
-        3.0, "KRUNG_CPU_CHECK_BUDGET",
+        1.5, "KRUNG_CPU_CHECK_BUDGET",
         "seconds of the worker's CPU time the correctness rung aims to spend on a CPU "
         "(Triton's interpreter): cases are shrunk to fit, keeping what Triton specialises on "
         "and never below 2048 elements, and the determinism rung "
@@ -229,10 +229,10 @@ class Settings:
         "(CUPTI: the delegation check's evidence for CUDA C++, CuTeDSL, TileLang kernels); 0 "
         "leaves those names unknown. A second try after krung's own crash runs with it off")
     library_kernels: bool = setting(
-        False, "KRUNG_LIBRARY_KERNELS",
-        "1 to count the vendor-library kernels a GPU ran (cuBLAS, cuBLASLt, cuDNN, cuFFT, by "
-        "the names CUPTI reports) as work handed to a library, not the version's own: a token "
-        "kernel beside cuBLAS's gemm is delegated. Off until it passes the GPU gate")
+        True, "KRUNG_LIBRARY_KERNELS",
+        "count the vendor-library kernels a GPU ran (cuBLAS, cuBLASLt, cuDNN, cuFFT, by the "
+        "names CUPTI reports) as work handed to a library, not the version's own: a token "
+        "kernel beside cuBLAS's gemm is delegated; 0 counts only the reference's kernels so")
     graded: bool = setting(
         False, "KRUNG_GRADED",
         "1: every run is graded (krung run --graded; the MCP server's default): the "

@@ -39,6 +39,10 @@ from typing import Any
 # of the outer sizes' product (about one program each), per unit of the whole size.
 PRIOR = (0.02, 0.01, 1e-6)
 PULL_S = 0.01  # how far (in seconds of fit) a coefficient may be pulled off its prior
+# No call costs less per element than this (a numpy pass over it): calls on small cases that
+# cost the same whatever their size fitted 0, and a 4096^3 matmul then looked free and ran
+# for minutes under the interpreter.
+MIN_PER_SIZE_S = 1e-9
 SAFETY = 1.25  # predictions are raised by this much: a case past its share costs the rest
 # Elements a shrunk case keeps, in its innermost size and in all, where declared with more:
 # several programs of a typical block (the module's docstring says why).
@@ -82,7 +86,7 @@ def _fit(calls: list[tuple[int, int, float]]) -> tuple[float, float, float]:
     times, to within PULL_S, need it to. Errors count relative to each call's time (a
     timing's noise is a fraction of it: absolute errors let the longest calls' noise decide
     the per-program rate), the pull relative to the median call's. Negative coefficients
-    become 0."""
+    become 0, the per-element one MIN_PER_SIZE_S."""
     import numpy as np
 
     x = np.array([[1.0, o, s] for o, s, _ in calls])
@@ -92,7 +96,8 @@ def _fit(calls: list[tuple[int, int, float]]) -> tuple[float, float, float]:
     solved = np.linalg.lstsq(np.vstack([x * weight[:, None], pull]),
                              np.concatenate([y * weight, [PULL_S / np.median(y)] * 3]),
                              rcond=None)[0]
-    return tuple(float(max(v, 0.0)) for v in solved)  # type: ignore[return-value]
+    a, b, c = (float(max(v, 0.0)) for v in solved)
+    return a, b, max(c, MIN_PER_SIZE_S)
 
 
 def shrink(case: dict, fits: Callable[[dict], bool], keep_block: bool = False) -> dict:

@@ -466,9 +466,10 @@ class Candidate:
                 self._died(what)
             return refused
         reply = self._receive(what, timeout, messages.replies(message), max_tensor_bytes, limit)
-        peak = getattr(reply, "device_peak_mib", None)
-        if peak is not None:  # as the worker said: a figure to read, never a verdict
-            self.facts["device_peak_mib"] = max(peak, self.facts.get("device_peak_mib", 0.0))
+        for key in ("device_peak_mib", "host_peak_mib"):  # as the worker said: figures to
+            peak = getattr(reply, key, None)               # read, never a verdict
+            if peak is not None:
+                self.facts[key] = max(peak, self.facts.get(key, 0.0))
         if isinstance(reply, messages.Failed) and reply.error.get("kind") == "intake":
             self._ended(reply, what)  # the worker could not take it and is ending
         if isinstance(reply, messages.Loaded):

@@ -43,7 +43,7 @@ from krung.protocol.channel import Channel, ChannelClosed
 from krung.protocol.errors import KrungError, ProblemError, RungFailed
 from krung.protocol.results import RungResult
 from krung.protocol.settings import Settings
-from krung.worker.serve import move_to
+from krung.worker.serve import host_peak_mib, move_to
 from krung.worker.zygote import Zygote
 
 HEARTBEAT_S = 5.0  # the caller's silence limit (krung.host.evaluate) is several of these
@@ -235,12 +235,14 @@ def _worker_facts(candidate: Candidate) -> dict[str, Any]:
     facts = candidate.facts
     # the sandbox the version ran in (krung.worker.guard.restrict), as its worker said
     sandbox = {"sandbox": candidate.sandbox} if candidate.sandbox else {}
-    memory = {}
-    if "device_peak_mib" in facts:  # torch's reservations in each process, at their peak
+    memory = {"judge_host_peak_mib": host_peak_mib()}  # what each process held at its peak
+    if "host_peak_mib" in facts:
+        memory["worker_host_peak_mib"] = facts["host_peak_mib"]
+    if "device_peak_mib" in facts:  # torch's reservations on the GPU
         import torch
 
-        memory = {"worker_device_peak_mib": facts["device_peak_mib"],
-                  "judge_device_peak_mib": round(torch.cuda.max_memory_reserved() / 2**20, 1)}
+        memory.update(worker_device_peak_mib=facts["device_peak_mib"],
+                      judge_device_peak_mib=round(torch.cuda.max_memory_reserved() / 2**20, 1))
     return {**{k: facts[k] for k in ("triton",) if facts.get(k)}, **sandbox, **memory}
 
 

@@ -311,6 +311,7 @@ class Called(Reply):
     # "symbols": ["cblas_sgemm (BLAS)", ...] resolved through ctypes}
     library: dict[str, Any] | None = None
     device_peak_mib: float | None = None  # the most device memory torch reserved so far (GPU)
+    host_peak_mib: float | None = None  # the process's peak resident memory so far
 
 
 @dataclass(frozen=True)
@@ -327,6 +328,7 @@ class Timed(Reply):
     # per set, the last change of its inputs before a timed call (krung.worker.guard)
     changed: Tensors | None = None
     device_peak_mib: float | None = None  # the most device memory torch reserved so far (GPU)
+    host_peak_mib: float | None = None  # the process's peak resident memory so far
 
 
 @dataclass(frozen=True)

@@ -354,7 +354,8 @@ class Worker:
         from krung.worker.guard import python_threads
 
         conduct = {"tampered": self.sentinels.tampered(),
-                   "threads_started": len(python_threads() - self.threads_before)}
+                   "threads_started": len(python_threads() - self.threads_before),
+                   "host_peak_mib": host_peak_mib()}
         if self.device != "cpu":  # what a problem at declared sizes needs of the GPU
             import torch
 
@@ -411,6 +412,13 @@ def _outputs(result: Any, device: str, plain: Any) -> dict[str, Any] | messages.
     if device != "cpu":
         torch.cuda.current_stream().synchronize()
     return {"outputs": outputs, "specs": specs, "tuple": plain.is_sequence(result)}
+
+
+def host_peak_mib() -> float:
+    """This process's peak resident memory (Linux counts ru_maxrss in KiB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _builds() -> list[dict[str, Any]] | None:

@@ -205,6 +205,7 @@ def run(ctx: Context) -> dict[str, Any]:
              + list(range(main, len(cases))))
     for done, index in enumerate(order):
         case, kind, stress = cases[index], kinds[index], stress_of[index]
+        ctx.release_cache()
         case_seeds = seeds if kind in ("listed", "unseen") else 1  # a path or values, once
         if budget is not None:
             left = (len(cases) if stress else main) - done

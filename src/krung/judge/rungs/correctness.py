@@ -205,10 +205,8 @@ def run(ctx: Context) -> dict[str, Any]:
              + list(range(main, len(cases))))
     for done, index in enumerate(order):
         case, kind, stress = cases[index], kinds[index], stress_of[index]
-        # The last case's data dropped, then its blocks handed back: the next case's sizes
-        # cannot reuse them (two cases' worth held at once: 7.8 copies of an input on a GPU).
+        # The last case's data dropped before the next case's is drawn.
         inputs = expected = reply = verdict = None
-        ctx.release_cache()
         case_seeds = seeds if kind in ("listed", "unseen") else 1  # a path or values, once
         if budget is not None:
             left = (len(cases) if stress else main) - done

@@ -179,8 +179,8 @@ def gpu_tests() -> list[list[str]]:
     return slow + chunks
 
 
-# One test's line in pytest -v's output: `NODE PASSED [ 42%]`
-OUTCOME = re.compile(r" (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+\[\s*\d+%\]")
+# One test's line in pytest -v's output: `NODE PASSED [ 42%]`, `NODE XFAIL (reason) [ 42%]`
+OUTCOME = re.compile(r" (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: \(.*\))?\s+\[\s*\d+%\]")
 
 
 def run_tests(nodes: list[str], index: int, out: Path, limit_s: float) -> dict:

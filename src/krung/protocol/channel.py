@@ -85,7 +85,7 @@ class Channel:
             if exported is not None:
                 self._exported.append(exported)
                 spec["ipc"] = {"handle": exported.handle, "nbytes": exported.nbytes,
-                               "offset": getattr(exported, "offset", 0)}
+                               "offset": exported.offset}
             else:
                 frames.append(tensor)
         body["__frames__"] = len(frames)
@@ -105,10 +105,10 @@ class Channel:
             return None
         from krung.protocol.cuda_ipc import Exported, NoRoom, Shared
 
-        if self.share_in_place and tensor.is_contiguous():
+        if self.share_in_place:
             try:
                 return Shared(tensor)
-            except RuntimeError:
+            except (ValueError, RuntimeError):  # not contiguous, or not exportable
                 pass
         try:
             return Exported(tensor)

@@ -62,6 +62,8 @@ def _view(pointer: int, nbytes: int) -> Any:
 class Exported:
     """A private device copy of a tensor that another process can open."""
 
+    offset = 0  # the copy is the whole allocation
+
     def __init__(self, tensor: Any):
         import torch
 

@@ -1,10 +1,10 @@
 """benchmark: time the version and the reference on every bench case, the same way.
 
 Per bench case: several input sets (different seeds; together more than the L2 holds, up to
-8; one where a set has 1 GiB or more), timed in two rounds that alternate version and reference so drift hits both alike. The
-first round gives the worker new storage; the second writes new values into that same
-storage. Before every timed call a few elements of its input set change (outside the timed
-region; krung.worker.guard.InputChanges), so no two timed calls see the same contents. After
+8; one where a set has 1 GiB or more), timed in two rounds that alternate version and
+reference so drift hits both alike. The first round gives the worker new storage; the second
+writes new values into that same storage. Before every timed call a few elements of its
+input set change (outside the timed region; krung.worker.guard.InputChanges), so no two timed calls see the same contents. After
 each round the last output of the timed calls for every input set is compared with the
 reference's on that set as the call saw it, so a version that is right only outside the timed
 loop, or that remembers inputs it has seen (by storage, or by some of their values), fails

@@ -205,8 +205,6 @@ def run(ctx: Context) -> dict[str, Any]:
              + list(range(main, len(cases))))
     for done, index in enumerate(order):
         case, kind, stress = cases[index], kinds[index], stress_of[index]
-        # The last case's data dropped before the next case's is drawn.
-        inputs = expected = reply = verdict = None
         case_seeds = seeds if kind in ("listed", "unseen") else 1  # a path or values, once
         if budget is not None:
             left = (len(cases) if stress else main) - done

@@ -1,20 +1,20 @@
 """benchmark: time the version and the reference on every bench case, the same way.
 
-Per bench case: several input sets (different seeds; together more than the L2 holds, up to
-8; one where a set has 1 GiB or more), timed in two rounds that alternate version and
-reference so drift hits both alike. The first round gives the worker new storage; the second
-writes new values into that same storage. Before every timed call a few elements of its
-input set change (outside the timed region; krung.worker.guard.InputChanges), so no two timed calls see the same contents. After
-each round the last output of the timed calls for every input set is compared with the
-reference's on that set as the call saw it, so a version that is right only outside the timed
-loop, or that remembers inputs it has seen (by storage, or by some of their values), fails
-here. The version is timed in its worker, the reference
-in the judge, with the same protocol (krung.worker.timing). The GPU's clocks are read before and
-after; throttling is reported with the figures. A time below what the GPU's datasheet peaks
-allow for the problem's work is impossible, and fails the rung. Each case gets its own verdict
-beside the aggregate: where the floor is known, how far above it the case ran (`floor_ratio`);
-everywhere, a case whose speedup stands far above the other cases' (`outlier`: one case
-driven towards zero time would carry the geometric mean) is flagged and named.
+Per bench case: several input sets (different seeds; together more than the L2 holds, up to 8;
+one where a set has 1 GiB or more), timed in two rounds that alternate version and reference so
+drift hits both alike. The first round gives the worker new storage; the second writes new
+values into that same storage. Before every timed call a few elements of its input set change
+(outside the timed region; krung.worker.guard.InputChanges), so no two timed calls see the same
+contents. After each round the last output of the timed calls for every input set is compared
+with the reference's on that set as the call saw it, so a version that is right only outside
+the timed loop, or that remembers inputs it has seen (by storage, or by some of their values),
+fails here. The version is timed in its worker, the reference in the judge, with the same
+protocol (krung.worker.timing). The GPU's clocks are read before and after; throttling is
+reported with the figures. A time below what the GPU's datasheet peaks allow for the problem's
+work is impossible, and fails the rung. Each case gets its own verdict beside the aggregate:
+where the floor is known, how far above it the case ran (`floor_ratio`); everywhere, a case
+whose speedup stands far above the other cases' (`outlier`: one case driven towards zero time
+would carry the geometric mean) is flagged and named.
 
 On a CPU (Triton's interpreter) the cases are the problem's `cpu_bench_cases`, or its
 smallest bench case shrunk to fit the interpreter (krung.judge.problem.cpu_cases); then the

@@ -114,9 +114,6 @@ def bytes_moved(case):
 '''
 
 
-@pytest.mark.xfail(reason="the judge held 7.7-7.8 copies on an H100 (b4247b6): blocks torch "
-                          "caches of the last case beside the next one's; the fix (37312ca, "
-                          "b677ba9, reverted in b5d56d6) waits for the GPU gate")
 def test_at_large_sizes_judge_and_worker_each_hold_a_few_copies_of_the_data(
         krung, tmp_path, version):
     """A checked call of a 512 MiB input and output: the judge holds the inputs, the reference

@@ -126,6 +126,7 @@ def test_enough_input_sets_to_outgrow_the_l2():
     assert input_set_count(1 << 10, l2) == 8  # tiny: capped
     assert input_set_count(1 << 10, 0) == 2  # L2 size unknown
     assert input_set_count(1 << 30, l2) == 1  # declared sizes: a second set would not fit
+    assert input_set_count(1 << 24, l2, 1 << 32) == 1  # small inputs, a 4 GiB output (a matmul)
 
 
 def test_the_stepped_median_sees_through_the_timers_steps():

@@ -220,6 +220,8 @@ def run(ctx: Context) -> dict[str, Any]:
             # The last call's data dropped before the next is drawn: at declared sizes its
             # inputs, reference, outputs and inputs after (GiB each) would be held beside it.
             inputs = expected = reply = verdict = None
+            if rep == 0:  # another case's sizes cannot reuse the last case's cached blocks
+                ctx.release_cache()
             inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
             reference_ops = None
             if stress is not None:  # the generator's draw, its values moved

@@ -49,33 +49,42 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 # The `gpu` test files, the longest first (Nsight Compute's replays, the roofline's
-# calibration, builds): at the end they were what the gate's time did not reach (41c0026).
+# calibration, builds, whole problem sets): at the end they were what the gate's time did not
+# reach (41c0026; kernelbench, gpumode and scale at b4247b6: 195 s alone for their 10).
 TEST_FILES = [
     "tests/test_gpu_roofline.py", "tests/test_gpu_profile_trace.py", "tests/test_gpu_dsls.py",
-    "tests/test_spec.py", "tests/test_delegation.py", "tests/test_gpu.py",
+    "tests/test_spec.py", "tests/test_delegation.py", "tests/test_kernelbench.py",
+    "tests/test_gpumode.py", "tests/test_scale.py", "tests/test_gpu.py",
     "tests/test_gpu_persisting_l2.py", "tests/test_red_team.py", "tests/test_timing.py",
     "tests/test_service.py", "tests/test_gpu_red_team.py", "tests/test_sandbox.py",
-    "tests/test_kernelbench.py", "tests/test_gpumode.py", "tests/test_builtin_problems.py",
-    "tests/test_scale.py",
+    "tests/test_builtin_problems.py",
 ]
 # What the corpus runs already (every built-in, DSL and GPU MODE version through the default
 # ladder) and what is off by default on a GPU (the sandbox): `gpu_check.sh ladder|formats|dsls`.
-# The roofline's verdict for softmax and rmsnorm takes the path vector_add's takes (memory-bound,
-# one kernel): `gpu_check.sh inspect` runs them, the gate the other two (a minute each).
+# The roofline's verdict for softmax and rmsnorm, and ncu's CSV against the profile's figures
+# for softmax, take the paths vector_add's take (memory-bound, one kernel): `gpu_check.sh
+# inspect` runs them, the gate vector_add's (and matmul's roofline).
 NOT_IN_GATE = ("tests/test_builtin_problems.py::", "test_each_dsl_example_passes_the_whole_ladder",
                "test_gpu_gpumode_submissions_pass", "tests/test_sandbox.py::",
                "test_the_roofline_verdict_for_a_builtin_problem[softmax]",
-               "test_the_roofline_verdict_for_a_builtin_problem[rmsnorm]")
+               "test_the_roofline_verdict_for_a_builtin_problem[rmsnorm]",
+               "test_profile_figures_match_ncus_own_csv[softmax]")
 # Tests that took 45 s or more on an H100 beside the rest (a build, a timeout waited out, every
 # rung): each starts first, alone in its pytest, so that none is left for the end.
 SLOW_TESTS = ("test_the_cuda_ladder_runs_inside_the_walls", "never_ends_times_out",
-              "test_every_figure_a_gpu_run_reports", "cupti_tells_own_cuda_kernels")
+              "cupti_tells_own_cuda_kernels")
 CHUNK = 3  # tests per pytest process: its start (torch, conftest) paid once for a few
-# Files whose tests take a minute or more each beside the rest (Nsight Compute, nvcc): one test
-# per pytest, so that they spread over the processes rather than queue in one. (The roofline's
-# stay together: a pytest's tests share one calibration.)
-ALONE = ("tests/test_gpu_profile_trace.py", "tests/test_gpu_dsls.py")
-RUN_LIMIT_S = 180  # a corpus run without a verdict by then is hung
+# Files whose tests take a minute or more each beside the rest (nvcc): one test per pytest, so
+# that they spread over the processes rather than queue in one. (The roofline's stay together:
+# a pytest's tests share one calibration.)
+ALONE = ("tests/test_gpu_dsls.py",)
+# The tests marked `ncu` run Nsight Compute, which holds one lock per machine
+# ($TMPDIR/nsight-compute-lock) while it profiles: spread over the processes (b4247b6) they
+# waited on each other and held their processes idle. They run one after another in one
+# pytest, started first.
+NCU_MARK = "ncu"
+RUN_LIMIT_S = 240  # a corpus run without a verdict by then is hung (a cold nvcc build beside
+# the tests took 180 s at b4247b6)
 # What a judge's or worker's log holds only when CUPTI, kineto or the process broke.
 CRASH_MARKS = re.compile(r"Segmentation fault|Fatal Python error|MULTIPLE_SUBSCRIBERS|"
                          r"External init callback must run in same thread")
@@ -116,7 +125,9 @@ def crash_marks(run_dir: Path) -> list[str]:
 def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Path,
                device: str = "cuda", limit_s: float = 300) -> dict:
     """One default-ladder run, and what became of it."""
-    store = scratch / mode / "krung.db"
+    # both modes' stores in one folder: a CUDA C++ version built by its cold run is in the
+    # build cache for its warm one (the build is not what the warm run is there to check)
+    store = scratch / "corpus" / f"{mode}.db"
     env = {**os.environ, "KRUNG_STORE": str(store), "KRUNG_DEVICE": device,
            "KRUNG_SERVICE": "off" if mode == "cold" else "on"}
     start = time.monotonic()
@@ -155,10 +166,10 @@ def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Pat
     return row
 
 
-def gpu_tests() -> list[list[str]]:
-    """The `gpu` tests' node ids in chunks for one pytest each, the slowest first. A test file
-    that does not even collect stops the gate: it would drop out of it unseen."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu",
+def collect(marks: str) -> list[str]:
+    """The node ids of the gate's test files that `marks` selects. A test file that does not
+    even collect stops the gate: it would drop out of it unseen."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marks,
                            "-p", "no:cacheprovider", *TEST_FILES],
                           capture_output=True, text=True, cwd=REPO)
     nodes = [line for line in done.stdout.splitlines()
@@ -166,8 +177,16 @@ def gpu_tests() -> list[list[str]]:
     if done.returncode != 0 or not nodes:
         raise SystemExit(f"the gpu tests do not collect (pytest exit {done.returncode}):\n"
                          f"{done.stdout[-3000:]}{done.stderr[-2000:]}")
-    slow = [[n] for n in nodes if any(name in n for name in SLOW_TESTS)]
-    rest = [n for n in nodes if [n] not in slow]
+    return nodes
+
+
+def gpu_tests() -> list[list[str]]:
+    """The `gpu` tests' node ids in chunks for one pytest each: Nsight Compute's first, all
+    in one; then the slowest, alone; then a few of one file at a time."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        every, ncu = pool.map(collect, ["gpu", f"gpu and {NCU_MARK}"])
+    slow = [[n] for n in every if any(name in n for name in SLOW_TESTS) and n not in ncu]
+    rest = [n for n in every if [n] not in slow and n not in ncu]
     chunks = []
     for node in rest:  # a few tests of one file together (its module fixtures built once)
         file = node.split("::")[0]
@@ -176,7 +195,7 @@ def gpu_tests() -> list[list[str]]:
             chunks[-1].append(node)
         else:
             chunks.append([node])
-    return slow + chunks
+    return [ncu, *slow, *chunks]
 
 
 # One test's line in pytest -v's output: `NODE PASSED [ 42%]`, `NODE XFAIL (reason) [ 42%]`
@@ -193,7 +212,7 @@ def run_tests(nodes: list[str], index: int, out: Path, limit_s: float) -> dict:
                 "failures": [f"{n} (not run: out of the gate's time)" for n in nodes]}
     with log.open("w") as sink:
         code = run_killing_group([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
-                                  "-rfEs", "--tb=short", "--durations=5", *nodes],
+                                  "-rfEs", "--tb=short", "--durations=0", *nodes],
                                  sink, limit_s)
         if code is None:
             sink.write(f"\n(tests chunk {index} killed at the gate's limit, {limit_s:.0f} s)\n")

@@ -1,5 +1,6 @@
 """On the GPU: the profile rung against Nsight Compute's own CSV for the same report; the
-case furthest from the roofline profiled, each kernel once, within the time limit; the limit
+case furthest from the roofline profiled, each kernel once, within the time limit, and only
+its roofline limiter reading the counters; the limit
 hit by the real ncu; a traced kernel whose regions add up to its measured time, and artifacts
 taken from the kernels the GPU compiled."""
 
@@ -40,6 +41,7 @@ def number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+@pytest.mark.ncu
 @pytest.mark.parametrize("problem", ["vector_add", "softmax"])
 def test_profile_figures_match_ncus_own_csv(store, problem):
     ncu = profile.find_ncu()
@@ -77,6 +79,7 @@ def test_profile_figures_match_ncus_own_csv(store, problem):
                 (key, row)
 
 
+@pytest.mark.ncu
 def test_the_worst_case_is_profiled_each_kernel_once_within_the_limit(store):
     if profile.find_ncu() is None:
         pytest.skip("ncu (Nsight Compute) is not installed")
@@ -90,6 +93,12 @@ def test_the_worst_case_is_profiled_each_kernel_once_within_the_limit(store):
     print(json.dumps({k: v for k, v in figures.items() if k != "per_kernel"}, indent=1))
     print(f"profile rung {rung.duration_s:.1f} s")
     assert roofline.ok and figures["case"] == roofline.figures["worst_case"]
+    for row in roofline.figures["per_case"]:  # only the profiled case's limiter reads counters
+        if row["case"] == figures["case"]:
+            assert row["profiled"] and "profile of this case (ncu" in row["limiter"]
+        elif row["verdict"] != "at-roofline":  # a case at the roofline needs no counters
+            assert f"not profiled (the profile rung ran on case {figures['case']})" in \
+                row["limiter"]
     assert "measured ceilings" in figures["case_chosen_by"]
     worst = min(r["pct"] for r in roofline.figures["per_case"])
     assert figures["case_pct_of_roofline"] == pytest.approx(worst, abs=0.06)
@@ -126,6 +135,7 @@ def kernel(x):  # 2x + 1 in three launches of one kernel, rounded to x's dtype o
 '''
 
 
+@pytest.mark.ncu
 def test_a_kernel_launched_three_times_a_call_is_summarised_once(store, scale_problem, version):
     if profile.find_ncu() is None:
         pytest.skip("ncu (Nsight Compute) is not installed")
@@ -139,6 +149,7 @@ def test_a_kernel_launched_three_times_a_call_is_summarised_once(store, scale_pr
     assert rung.figures["launches_profiled"] == 3
 
 
+@pytest.mark.ncu
 def test_the_real_ncu_past_the_limit_fails_the_rung_and_keeps_the_benchmark(store):
     if profile.find_ncu() is None:
         pytest.skip("ncu (Nsight Compute) is not installed")
@@ -242,6 +253,7 @@ def test_artifacts_on_the_gpu_are_what_it_compiled(store):
             assert row["registers"] == record["n_regs"]
 
 
+@pytest.mark.ncu
 @pytest.mark.parametrize("problem, version", [
     # KernelBench: the entry is ModelNew, not kernel(); the inputs come from get_inputs()
     (KERNELBENCH / "1_ReLU.py", KERNELBENCH / "solutions" / "1_ReLU.py"),

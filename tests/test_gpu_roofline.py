@@ -1,6 +1,6 @@
 """On the GPU: `krung calibrate` against the figures measured on this H200 before, the
 roofline rung's verdicts for the built-in problems, calibration on first use, and the
-history and report of GPU runs. Run with `python -m pytest -m gpu -s tests/test_gpu_roofline.py`
+history and report of GPU runs (the profiled case's limiter: test_gpu_profile_trace.py). Run with `python -m pytest -m gpu -s tests/test_gpu_roofline.py`
 to see the figures."""
 
 from __future__ import annotations
@@ -173,25 +173,3 @@ def test_first_use_calibrates_then_history_and_report(tmp_path):
         check = check_page(browser, tmp_path / "report.html", tmp_path / "profile")
         assert check.problems == []
         assert {c["id"] for c in check.charts} == {"roofline-chart", "timeline-chart"}
-
-
-def test_the_profiled_case_is_the_worst_and_only_its_limiter_reads_the_counters(gpu_store):
-    """With the profile: ncu runs on the case furthest from the roofline, and the roofline's
-    limiter for that case reads its counters; the other cases say they were not profiled."""
-    version = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
-    result = run_krung(gpu_store, "run", "softmax", version, "--rungs", "+profile", "--json")
-    run = result.json()
-    rungs = {r["name"]: r for r in run["rungs"]}
-    assert rungs["profile"]["status"] == "ok", rungs["profile"]
-    assert rungs["roofline"]["status"] == "ok", rungs["roofline"]
-    figures = rungs["roofline"]["figures"]
-    profiled = rungs["profile"]["figures"]["case"]
-    print(json.dumps({"profiled": profiled, "worst": figures["worst_case"],
-                      "limiters": {r["case"]: r["limiter"] for r in figures["per_case"]},
-                      "next_step": figures["next_step"]}, indent=1))
-    assert profiled == figures["worst_case"]
-    for row in figures["per_case"]:
-        if row["case"] == profiled:
-            assert row["profiled"] and "profile of this case (ncu" in row["limiter"]
-        elif row["verdict"] != "at-roofline":  # a case at the roofline needs no counters
-            assert f"not profiled (the profile rung ran on case {profiled})" in row["limiter"]

@@ -122,6 +122,7 @@ def test_every_figure_of_recorded_gpu_runs_is_declared(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.ncu
 def test_every_figure_a_gpu_run_reports_is_declared_and_shown(krung, scale_problem, version,
                                                               tmp_path):
     """On a GPU: the profile, the roofline and the trace report what they declare, and the

@@ -46,7 +46,8 @@ from krung.protocol.settings import Settings
 from krung.worker.serve import host_peak_mib, move_to
 from krung.worker.zygote import Zygote
 
-HEARTBEAT_S = 5.0  # the caller's silence limit (krung.host.evaluate) is several of these
+HEARTBEAT_S = Settings.heartbeat_s  # KRUNG_HEARTBEAT; the caller's silence limit
+# (krung.host.evaluate) is several of these
 WORKER_START_S = 300.0  # a pooled judge's wait for its worker's hello
 
 
@@ -297,7 +298,8 @@ def main(argv: list[str] | None = None, zygote: Zygote | None = None) -> None:
         abort()
     except messages.ProtocolError as exc:  # told to the caller, as a failure to start is
         failed = failed or exc
-    pulse = Pulse(channel)
+    pulse = Pulse(channel, HEARTBEAT_S if failed is not None
+                  else float(request.settings.get("heartbeat_s", HEARTBEAT_S)))
     try:
         if failed is not None:
             raise failed

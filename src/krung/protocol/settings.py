@@ -118,6 +118,12 @@ class Settings:
                                     "seconds for one call of the version")
     bench_timeout_s: float = setting(300.0, "KRUNG_BENCH_TIMEOUT",
                                      "seconds for timing one bench case")
+    heartbeat_s: float = setting(
+        5.0, "KRUNG_HEARTBEAT",
+        "seconds after which the judge, busy in one step, repeats its last progress message "
+        "with the time since (at most 15: its caller takes 45 s of silence for a hung judge)",
+        at_most(15, "is above 15 s, the caller's silence limit is 45 s",
+                "set {source} to a number of seconds in (0, 15], e.g. 5"))
     run_timeout_s: float = setting(
         1800.0, "KRUNG_RUN_TIMEOUT",
         "seconds for a whole evaluation, both tries included: past it the judge and its "

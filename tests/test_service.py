@@ -38,6 +38,17 @@ def kernel(x):
     time.sleep({seconds})
     return x * 2 + 1
 """
+# The same, slow in its first call only: a run to kill in that call, whose rest is quick.
+SLOW_FIRST = """
+import time
+calls = 0
+def kernel(x):
+    global calls
+    calls += 1
+    if calls == 1:
+        time.sleep({seconds})
+    return x * 2 + 1
+"""
 
 
 @pytest.fixture
@@ -133,8 +144,9 @@ def test_a_crash_or_hang_in_a_pooled_worker_leaves_the_next_version_alone(
     workers = set()
     for name, source in CRASHES.items():
         _ready(store)
+        # The endless loop's limit is short, the others' long enough for a loaded machine.
         result = krung("run", scale_problem, version(name, source), "--rungs", QUICK,
-                       "--compile-timeout", "4", "--json")
+                       "--compile-timeout", "1" if name == "hangs" else "4", "--json")
         run = result.json()
         assert result.code == 1, result.stderr
         assert run["env"]["judge"] == "service"
@@ -194,7 +206,7 @@ def test_a_service_killed_mid_run_loses_nothing_and_leaves_a_stale_socket(
     """The judge's channel was handed to the client, so the run goes on to the end when the
     service is killed under it. The socket the dead service left is stale: found out,
     removed, and a new service starts on the store."""
-    slow = version("slow", SLOW.format(seconds=0.5))
+    slow = version("slow", SLOW_FIRST.format(seconds=1.5))
     _ready(store)
     client = _krung(store, "run", scale_problem, slow, "--rungs", QUICK + ",correctness",
                     "--json")
@@ -222,7 +234,7 @@ def test_a_judge_killed_mid_run_is_tried_again_in_fresh_processes(
     """When the service goes down with its judges (its process group killed, say), the
     evaluation runs once more in a cold judge; the first try's end and what it had done are
     kept in the run's env, and its log beside the second's."""
-    slow = version("slow", SLOW.format(seconds=0.5))
+    slow = version("slow", SLOW_FIRST.format(seconds=1.5))
     _ready(store)
     client = _krung(store, "run", scale_problem, slow, "--rungs", QUICK + ",correctness",
                     "--json")

@@ -29,6 +29,19 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def pytest_configure(config):
+    """Under xdist, each test process's evaluations take their share of the cores for torch's
+    threads, as a batch's slots do (krung.host.scale.local.cpu_share): with torch's default
+    of a thread per core, every elementwise pass in a judge or worker waits for a thread the
+    other test processes' work has descheduled (the suite took a third longer on 2 cores)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    from krung.host.scale.local import cpu_share
+
+    threads = cpu_share(workers)
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_available():
         return

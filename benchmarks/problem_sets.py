@@ -19,7 +19,11 @@ The sets travel as one small tarball (the GPU machine has no network):
     python benchmarks/problem_sets.py run problem_sets.tar.gz --device cpu --scale 0.1 \\
         --levels 1 --limit 20 --wrong 5
 
-`run` writes its JSON after every problem, so an interrupted run keeps what it measured.
+`run` writes its JSON after every problem, so an interrupted run keeps what it measured;
+`--resume` keeps the rows an earlier run wrote to `--out` and runs the rest, and `--stop-after
+S` starts no problem after S seconds: the whole sets at declared sizes, over several device
+calls of ten minutes each. The rungs are krung's default ladder (benchmark and artifacts
+included) unless `--rungs` names others.
 GPU MODE's problems make their data on `cuda`; on a CPU they fail to load, saying so.
 `--cuda-as-cpu` runs a copy whose `"cuda"` literals read `"cpu"`: not the problems as they
 are, but a check of krung's handling of them on a machine without a GPU.
@@ -46,8 +50,9 @@ from typing import Any
 
 KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
 LEVELS = ("level1", "level2", "level3")
-DEFAULT_RUNGS = "static,compile,run,correctness,determinism"
+DEFAULT_RUNGS = "default"  # krung's own default ladder: `krung run` without --rungs
 PASS, REJECT = "pass", "reject"
+OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|OUT_OF_MEMORY", re.IGNORECASE)
 
 
 # Packing the two checkouts.
@@ -120,9 +125,11 @@ class Row:
     error_type: str = ""
     explanation: str = ""
     wall_s: float = 0.0
-    judge_peak_mib: float | None = None
+    judge_peak_mib: float | None = None  # resident host memory, sampled
     worker_peak_mib: float | None = None
-    gpu_peak_mib: float | None = None
+    gpu_peak_mib: float | None = None  # the larger of the two processes' GPU memory, sampled
+    judge_gpu_mib: float | None = None  # torch's peak in each process, from the run's env
+    worker_gpu_mib: float | None = None
     notes: str = ""
     kernelbench_check: str = ""  # KernelBench's own check on the honest baseline
     run_id: str = ""
@@ -295,8 +302,9 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
     row = Row(job.family, job.problem, job.version, job.expect)
     env = dict(os.environ, KRUNG_STORE=str(store), KRUNG_SCALE=str(args.scale),
                PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "krung", "run", str(job.path), str(job.source),
-               "--rungs", args.rungs, "--device", args.device, "--json"]
+    rungs = [] if args.rungs == DEFAULT_RUNGS else ["--rungs", args.rungs]
+    command = [sys.executable, "-m", "krung", "run", str(job.path), str(job.source), *rungs,
+               "--device", args.device, "--json"]
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, env=env,
@@ -344,6 +352,8 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
         return
     row.run_id = run.get("run_id") or ""
     env = run.get("env") or {}
+    row.judge_gpu_mib = _rounded(env.get("judge_device_peak_mib"))
+    row.worker_gpu_mib = _rounded(env.get("worker_device_peak_mib"))
     notes = []
     if env.get("scaled_sizes"):
         notes.append("scaled " + ", ".join(f"{k} {v}" for k, v in env["scaled_sizes"].items()))
@@ -455,14 +465,16 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
                          f"{len(own)}; of those krung passed {sum(r.ok for r in fine)}.")
         lines.append("")
     lines.append("| problem | version | expect | result | wall s | judge MiB | worker MiB | "
-                 "GPU MiB | KernelBench check | failure, explained | notes |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                 "judge GPU MiB | worker GPU MiB | KernelBench check | failure, explained | "
+                 "notes |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         result = ("ok" if r.ok else "**NOT MET**") + f" ({r.verdict})"
         failure = f"{r.failed_rung}: {r.explanation}" if r.failed_rung else r.explanation
         cells = [r.problem, r.version, r.expect, result, f"{r.wall_s:g}",
-                 _cell(r.judge_peak_mib), _cell(r.worker_peak_mib), _cell(r.gpu_peak_mib),
-                 r.kernelbench_check, failure, r.notes]
+                 _cell(r.judge_peak_mib), _cell(r.worker_peak_mib),
+                 _cell(r.judge_gpu_mib if r.judge_gpu_mib is not None else r.gpu_peak_mib),
+                 _cell(r.worker_gpu_mib), r.kernelbench_check, failure, r.notes]
         lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -503,6 +515,10 @@ def main() -> None:
     running.add_argument("--cuda-as-cpu", action="store_true",
                          help="GPU MODE problems rewritten to make their data on the CPU")
     running.add_argument("--out", type=Path, default=Path("problem_sets.json"))
+    running.add_argument("--resume", action="store_true",
+                         help="keep the rows already in --out and run only the other jobs")
+    running.add_argument("--stop-after", type=float, default=0,
+                         help="seconds after which no job starts (0: none); --resume goes on")
     running.add_argument("--markdown", type=Path, default=None)
     checking = commands.add_parser("kbcheck", help="KernelBench's own check, one problem")
     checking.add_argument("path", type=Path)
@@ -531,11 +547,20 @@ def main() -> None:
         jobs = [j for j in jobs if re.search(args.only, j.problem)]
         if args.limit:
             jobs = jobs[:args.limit]
-        rows: list[Row | None] = [None] * len(jobs)
+        kept = _earlier_rows(args.out, jobs) if args.resume else {}
+        kept_problems = {problem for _, problem, _ in kept}
+        rows: list[Row | None] = [kept.get(_key(job)) for job in jobs]
         lock = threading.Lock()
+        started = time.monotonic()
+        left_out = []
 
         def one(index: int) -> None:
             job = jobs[index]
+            if rows[index] is not None:  # measured by an earlier run (--resume)
+                return
+            if args.stop_after and time.monotonic() - started > args.stop_after:
+                left_out.append(job)
+                return
             row = run_job(job, args, store)
             if (job.family == "kernelbench" and job.version == "baseline"
                     and not args.no_kernelbench_check):
@@ -550,11 +575,37 @@ def main() -> None:
 
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
             list(pool.map(one, range(len(jobs))))
+        if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone
+            for index, row in enumerate(rows):
+                if (row is not None and not row.ok and row.problem not in kept_problems
+                        and OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")):
+                    rows[index] = None
+                    one(index)
+                    again = rows[index]
+                    if again is not None:
+                        again.notes = "; ".join(filter(None, [
+                            "run again alone (out of GPU memory beside another)", again.notes]))
     finished = [r for r in rows if r is not None]
     if args.markdown:
         args.markdown.write_text(markdown(finished, args))
     met = sum(r.ok for r in finished)
-    print(f"{met}/{len(finished)} met their expectation; results in {args.out}")
+    print(f"{met}/{len(finished)} met their expectation; results in {args.out}"
+          + (f"; {len(left_out)} not started (--stop-after; --resume goes on)"
+             if left_out else ""))
+
+
+def _key(job: Job) -> tuple[str, str, str]:
+    return job.family, job.problem, job.version
+
+
+def _earlier_rows(out: Path, jobs: list[Job]) -> dict[tuple[str, str, str], Row]:
+    """The rows an earlier run wrote to `out` for these jobs (a timeout is measured again)."""
+    if not out.exists():
+        return {}
+    wanted = {_key(job) for job in jobs}
+    rows = [Row(**row) for row in json.loads(out.read_text())]
+    return {key: row for row in rows if (key := (row.family, row.problem, row.version))
+            in wanted and row.verdict != "timeout"}
 
 
 if __name__ == "__main__":

@@ -97,8 +97,13 @@ for p in suite["problems"]:
 PY
     ;;
   sets)
+    # The whole sets take several calls: copy the sets.json a call brought back to
+    # .gpu/sets.json (carried) and the next call goes on from it; none starts a problem after
+    # STOP_AFTER seconds.
+    resume=""
+    if [ -f .gpu/sets.json ]; then cp .gpu/sets.json "$OUT/sets.json"; resume=--resume; fi
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
-      --jobs "${JOBS:-6}" --timeout 300 --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
-      ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
+      --jobs "${JOBS:-2}" --timeout 300 --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
+      --stop-after "${STOP_AFTER:-420}" $resume ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
   *) echo "unknown part $part: gate, ladder, verify, formats, inspect, dsls, bench, latency, suite or sets" >&2; exit 2 ;;
 esac

@@ -411,7 +411,7 @@ def get_inputs():
     # On the GPU (torch's default device) the card is full of another problem's data; on
     # the CPU the first draw fits and the second does not.
     if on_the_gpu() or draws == 2:
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
     return [torch.rand(64, 32)]
 
 def get_init_inputs():
@@ -429,7 +429,7 @@ def test_out_of_memory_while_drawing_is_raised_not_drawn_on_the_cpu_nor_a_defect
 
     path = write(tmp_path / "9_Full.py", OUT_OF_MEMORY_ON_DEVICE)
     problem = load_problem(path, inputs_on_device=True)
-    with pytest.raises(torch.OutOfMemoryError):
+    with pytest.raises(torch.cuda.OutOfMemoryError):
         problem.make_inputs(problem.test_cases[0], 7, "cuda")
     drawn_in = sys.modules[problem.reference_code.__module__]
     assert drawn_in.draws == 1  # not drawn again on the CPU

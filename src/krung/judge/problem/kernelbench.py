@@ -152,7 +152,7 @@ class KernelBenchSource:
                 with torch.device(device):
                     torch.manual_seed(seed)
                     return self.module.get_inputs()
-            except torch.OutOfMemoryError:
+            except torch.cuda.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError):
                 pass

@@ -278,10 +278,34 @@ def test_a_stress_the_problems_own_check_rejects_the_reference_on_is_skipped_and
     # where a case the CPU budget shrank to a few elements might not.
     result = krung("run", folder, folder / "submission.py", "--json", "--rungs",
                    "static,compile,run,correctness", env={"KRUNG_CPU_CHECK_BUDGET": "0"})
-    assert result.code == 0, result.stdout[-3000:] + result.stderr
-    figures = next(r for r in result.json()["rungs"] if r["name"] == "correctness")["figures"]
+    figures = _correctness_figures(result)
     skipped = figures["value_stress_skipped"]
     assert "magnitudes x8" in skipped and "the problem's own check rejects the reference's " \
         "outputs on these values (the problem's own check failed: outputs out of the range" \
         in skipped, skipped
     assert "magnitudes /8" in " ".join(figures["value_stress"])
+
+
+def test_a_stress_past_the_tolerance_for_rounding_is_skipped_and_said(krung):
+    """GPU MODE's matmul test problem checks with atol 1e-4, set for the generator's
+    magnitudes: `magnitudes x8` multiplies a float32 matmul's rounding by 64, and the honest
+    submission failed the benchmark's timed check (seed below: make test, stop 39) on an output
+    near zero. The reference on inputs a few units in the last place apart passes the check
+    on the generator's values and fails it on the stressed ones, so the stress is skipped,
+    said, and the honest version passes."""
+    from tests.conftest import GPUMODE
+
+    problem = GPUMODE / "matmul_py"
+    result = krung("run", problem, problem / "submission.py", "--seed", "8535186141892247548",
+                   "--json", env={"OMP_NUM_THREADS": "1"})
+    figures = _correctness_figures(result)
+    skipped = figures["value_stress_skipped"]
+    assert "magnitudes x8" in skipped and "the problem's tolerance covers rounding on the " \
+        "generator's values, not on these" in skipped, skipped
+    assert "magnitudes /8" in " ".join(figures["value_stress"])  # exact: kept
+
+
+def _correctness_figures(result) -> dict:
+    """A run that passed: its correctness rung's figures."""
+    assert result.code == 0, result.stdout[-3000:] + result.stderr
+    return next(r for r in result.json()["rungs"] if r["name"] == "correctness")["figures"]

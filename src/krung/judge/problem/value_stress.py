@@ -24,7 +24,14 @@ tensors that are monotone (offsets) or hold no value twice (permutations), and f
 tensors sorted along their last dimension. A stress that changes no tensor does not run; one
 whose reference raises or gives NaN/Inf, or (for `ties`) returns integers, whose ties no
 element-wise comparison can decide, or whose reference's own outputs the problem's check
-rejects, is skipped and said (krung.judge.rungs.correctness).
+rejects, is skipped and said (krung.judge.rungs.correctness). So is one where the problem's
+tolerance covers rounding on the generator's values but not on the stressed ones: the
+reference's outputs on inputs whose floating values moved by a few float32 units in the last
+place (a random sign each) pass the check on the generator's draw and fail it on the stressed
+draw. An absolute tolerance set for the generator's magnitudes is that: `magnitudes x8`
+multiplies a matmul's rounding by 64, and an honest float32 matmul failed an atol of 1e-4
+where an output sat near zero. (Where rounding fails the check on the generator's values too,
+the problem wants exact outputs, and honest code does not round: the stress stays.)
 
 Off on a GPU until it passes the GPU gate (KRUNG_VALUE_STRESS, docs/trust.md).
 """
@@ -38,6 +45,7 @@ from typing import Any
 from krung.protocol import tree
 
 RAMP_EXPONENTS = (-4, 4)  # the ramp's magnitudes: 2^-4 .. 2^4, in whole powers of two
+ROUNDING_ULPS = 4  # rounded_apart: a few units, so that a stress it keeps is safe for honest code
 HOT_SHARE = 0.75  # `skewed indices`: the share of elements given one value
 DISCRETE_VALUES = 16  # a floating tensor with at most this many distinct values among ...
 DISCRETE_SAMPLE = 4096  # ... its first elements, and many repeats, is a mask or a label
@@ -132,6 +140,28 @@ def stressed(inputs: Any, stress: Stress, writable: set[int], seed: int) -> Any 
     with torch.no_grad():
         result = tree.map_leaves(apply, inputs)
     return result if changed[0] else None
+
+
+def rounded_apart(inputs: Any, writable: set[int], seed: int) -> Any:
+    """`inputs` with every floating value an input may hold moved by ROUNDING_ULPS units in
+    the last place of float32 (of float64 for float64 tensors), up or down at random: more
+    than honest code computing in float32 differs by. In float16 and bfloat16 tensors that
+    rounds back to the same values (their honest code computes in float32 too). Output
+    buffers are left as they are."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+
+    def apply(index: int, tensor: Any) -> Any:
+        if index in writable or not tensor.is_floating_point() or tensor.numel() == 0:
+            return tensor
+        signs = torch.randint(0, 2, tensor.shape, generator=generator).to(tensor.device)
+        unit = torch.finfo(torch.float64 if tensor.dtype == torch.float64 else torch.float32)
+        step = ROUNDING_ULPS * unit.eps * (2 * signs - 1)
+        return (tensor.double() * (1 + step)).to(tensor.dtype)
+
+    with torch.no_grad():
+        return tree.map_leaves(apply, inputs)
 
 
 def meaningless(stress: Stress, expected: list) -> str | None:

@@ -26,7 +26,7 @@ from krung.judge.ladder import Context
 from krung.judge.problem import case_label, case_size
 from krung.judge.problem.cpu_budget import FLOOR, CallCost, CpuBudget
 from krung.judge.problem.unseen import narrowed, unseen_pairs
-from krung.judge.problem.value_stress import STRESSES, Stress, meaningless, stressed
+from krung.judge.problem.value_stress import STRESSES, Stress, meaningless, rounded_apart, stressed
 from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
 from krung.protocol.errors import RungFailed
 from krung.protocol.settings import Settings
@@ -334,23 +334,47 @@ def stressed_inputs(ctx: Context, inputs: tuple, stress: Stress, seed: int
         expected = ctx.expected(moved)
     except Exception as exc:  # the problem's limits, not the version's fault
         return inputs, [], f"the reference raised {_said(exc)}"
-    return moved, expected, _undecided(ctx, stress, moved, expected)
+    return moved, expected, _undecided(ctx, stress, moved, expected, inputs)
 
 
-def _undecided(ctx: Context, stress: Stress, inputs: tuple, expected: list) -> str | None:
+def _undecided(ctx: Context, stress: Stress, inputs: tuple, expected: list,
+               drawn: tuple) -> str | None:
     """Why the reference's outputs on stressed inputs cannot decide a version (None: they
-    can): NaN/Inf or tied indices (value_stress.meaningless), or the problem's own check
+    can): NaN/Inf or tied indices (value_stress.meaningless), the problem's own check
     rejecting the reference's own outputs (a Cholesky factor of a matrix that ties made
-    indefinite)."""
+    indefinite), or a tolerance that covers rounding on the generator's values (`drawn`)
+    and not on these (value_stress.rounded_apart)."""
     from krung.judge.verdict import judge_outputs
 
     why = meaningless(stress, expected)
-    if why or ctx.problem.check is None:
+    if why:
         return why
-    verdict = judge_outputs(ctx.problem, inputs, expected, expected, len(expected) > 1,
+    if ctx.problem.check is not None:
+        verdict = judge_outputs(ctx.problem, inputs, expected, expected, len(expected) > 1,
+                                ctx.device)
+        if not verdict.passed:
+            return (f"the problem's own check rejects the reference's outputs on these values "
+                    f"({verdict.reason})")
+    moved = _rounding_past_tolerance(ctx, inputs, expected)
+    # Where rounding breaks the tolerance on the generator's values too, the problem wants
+    # exact outputs (a sort, a copy): honest code does not round there, and the stress is fair.
+    if moved and not _rounding_past_tolerance(ctx, drawn, ctx.expected(drawn)):
+        return (f"the problem's tolerance covers rounding on the generator's values, not on "
+                f"these: the reference on inputs a few float32 units in the last place apart "
+                f"fails it ({moved})")
+    return None
+
+
+def _rounding_past_tolerance(ctx: Context, inputs: tuple, expected: list) -> str | None:
+    """Whether the reference on `inputs` moved by rounding (value_stress.rounded_apart)
+    fails the problem's check against `expected`: why, or None."""
+    from krung.judge.verdict import judge_outputs
+
+    apart = ctx.expected(tuple(rounded_apart(inputs, ctx.problem.writable_leaves(inputs),
+                                             ctx.seed_for("stress-rounding", 0))))
+    verdict = judge_outputs(ctx.problem, inputs, apart, expected, len(expected) > 1,
                             ctx.device)
-    return None if verdict.passed else (f"the problem's own check rejects the reference's "
-                                         f"outputs on these values ({verdict.reason})")
+    return None if verdict.passed else verdict.reason
 
 
 def _origin(declared: dict, checked: dict, kind: str, stress: Stress | None = None) -> str:

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from krung.judge.problem.value_stress import STRESSES, meaningless, stressed
+from krung.judge.problem.value_stress import STRESSES, meaningless, rounded_apart, stressed
 
 BY_NAME = {s.name: s for s in STRESSES}
 
@@ -89,6 +89,65 @@ def test_what_no_stress_moves():
     for stress in (BY_NAME["ramped"], BY_NAME["sorted"]):  # they move values around
         assert stressed((symmetric,), stress, set(), seed=5) is None
     assert stressed((symmetric,), BY_NAME["magnitudes x8"], set(), seed=5) is not None
+
+
+def test_float8_is_stressed_in_float32_and_float4_is_left_as_drawn():
+    """torch compares float8 for equality only and has no arithmetic on float4 (two values
+    a byte): float8 is judged and moved through float32, float4 stays as drawn."""
+    x = draw(48, 70, dtype=torch.float8_e4m3fn)
+    up = stressed((x,), BY_NAME["magnitudes x8"], set(), seed=7)[0]
+    assert up.dtype == x.dtype and torch.equal(up.float(), (x.float() * 8).to(x.dtype).float())
+    ordered = stressed((x,), BY_NAME["sorted"], set(), seed=7)[0].float()  # zeros kept
+    wide = x.float()
+    assert torch.equal(ordered == 0, wide == 0)
+    assert torch.equal(ordered[ordered != 0], wide[wide != 0].sort().values)
+    rows = x.float().sort(dim=-1).values.to(x.dtype)  # sorted along its rows: structure
+    assert stressed((rows,), BY_NAME["sorted"], set(), seed=7) is None
+    packed = torch.randint(0, 256, (32, 16), dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    for stress in STRESSES:
+        assert stressed((packed,), stress, set(), seed=7) is None, stress.name
+    assert torch.equal(rounded_apart((packed,), set(), seed=7)[0].view(torch.uint8),
+                       packed.view(torch.uint8))
+
+
+FLOAT8_PROBLEM = '''
+    """y = x widened from float8 and scaled per column by s."""
+    import torch
+
+    test_cases = [{"m": 64, "n": 48, "dtype": "float8_e4m3fn"},
+                  {"m": 130, "n": 70, "dtype": "float8_e4m3fn"}]
+    bench_cases = [{"m": 256, "n": 256, "dtype": "float8_e4m3fn"}]
+
+    def reference(x, s):
+        return x.float() * s
+
+    def make_inputs(case, seed, device):
+        g = torch.Generator(device=device).manual_seed(seed)
+        x = torch.randn(case["m"], case["n"], generator=g, device=device)
+        return (x.to(torch.float8_e4m3fn), torch.rand(case["n"], generator=g, device=device) + 0.5)
+
+    def flops(case):
+        return case["m"] * case["n"]
+
+    def bytes_moved(case):
+        return 5 * case["m"] * case["n"]
+'''
+
+
+def test_a_float8_problem_climbs_the_default_ladder_with_its_stresses(krung, tmp_path, version):
+    """A float8 input once made krung's own check fail (torch cannot order float8 values):
+    every stress was skipped as not applicable, and the benchmark rung's timed input changes
+    ended the run as krung's error."""
+    folder = _write(tmp_path, "float8_scale", textwrap.dedent(FLOAT8_PROBLEM))
+    result = krung("run", folder, version("float8_scale", "def kernel(x, s):\n"
+                                          "    return x.float() * s\n"), "--json")
+    assert result.code == 0, result.stdout[-3000:] + result.stderr
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    assert rungs["benchmark"]["status"] == "ok"
+    correctness = rungs["correctness"]["figures"]
+    assert not correctness.get("value_stress_skipped"), correctness
+    assert {name.split(" (")[0] for name in correctness["value_stress"]} == \
+        {s.name for s in STRESSES if s.floats is not None}
 
 
 def test_a_reference_that_overflows_or_returns_tied_indices_decides_nothing():

@@ -17,8 +17,9 @@ problem's structure are kept:
 - `skewed indices`: integer tensors resampled from their own values, three quarters of them
   one value (collisions in scatters, histograms and routing).
 
-Left as drawn: output buffers, tensors of one element, bool and complex tensors,
-discrete-valued floating tensors (masks, one-hot: few distinct values among many), integer
+Left as drawn: output buffers, tensors of one element, bool and complex tensors, float4
+tensors (two values packed in a byte: torch has no arithmetic on them), discrete-valued
+floating tensors (masks, one-hot: few distinct values among many), integer
 tensors that are monotone (offsets) or hold no value twice (permutations), and for
 `ramped` and `sorted` (which move values between positions) symmetric matrices and
 tensors sorted along their last dimension. A stress that changes no tensor does not run; one
@@ -153,7 +154,8 @@ def rounded_apart(inputs: Any, writable: set[int], seed: int) -> Any:
     generator = torch.Generator().manual_seed(seed)
 
     def apply(index: int, tensor: Any) -> Any:
-        if index in writable or not tensor.is_floating_point() or tensor.numel() == 0:
+        if index in writable or not tensor.is_floating_point() or tensor.numel() == 0 \
+                or _comparable(tensor) is None:
             return tensor
         signs = torch.randint(0, 2, tensor.shape, generator=generator).to(tensor.device)
         unit = torch.finfo(torch.float64 if tensor.dtype == torch.float64 else torch.float32)
@@ -183,7 +185,9 @@ def _transform_for(stress: Stress, tensor: Any) -> Callable[[Any, Any], Any] | N
     if tensor.numel() < 2 or tensor.dtype == torch.bool or tensor.is_complex():
         return None
     if tensor.is_floating_point():
-        return None if stress.floats is None or _discrete(tensor) else stress.floats
+        values = _comparable(tensor)
+        return None if stress.floats is None or values is None or _discrete(values) \
+            else stress.floats
     if stress.integers is None or _monotone(tensor) or _all_distinct(tensor):
         return None
     return stress.integers
@@ -210,6 +214,17 @@ def _wide(x: Any) -> Any:
     return x if x.dtype == torch.float64 else x.to(torch.float32)
 
 
+def _comparable(tensor: Any) -> Any | None:
+    """`tensor`'s values in a dtype that compares, sorts and subtracts: float8 widened to
+    float32 (exactly; torch has only equality for float8), None for float4 (two values
+    packed in a byte, with no elementwise view), the tensor itself otherwise."""
+    if not tensor.is_floating_point() or tensor.element_size() > 1:
+        return tensor
+    if "float4" in str(tensor.dtype):
+        return None
+    return tensor.float()
+
+
 def _discrete(tensor: Any) -> bool:
     sample = tensor.flatten()[:DISCRETE_SAMPLE]
     distinct = int(sample.unique().numel())
@@ -231,7 +246,10 @@ def structured(tensor: Any) -> bool:
     dimension: what the problem's reference and an honest version may rely on, so values
     are not moved between its positions (here, nor by the benchmark's timed input changes;
     zeros, the other common structure, are kept by both)."""
-    if tensor.dim() >= 2 and tensor.shape[-1] == tensor.shape[-2] and \
-            bool((tensor == tensor.mT).all()):
+    values = _comparable(tensor)
+    if values is None:  # float4: nothing moves its values (neither stress nor timed change)
         return True
-    return tensor.shape[-1] > 1 and bool((tensor[..., 1:] >= tensor[..., :-1]).all())
+    if values.dim() >= 2 and values.shape[-1] == values.shape[-2] and \
+            bool((values == values.mT).all()):
+        return True
+    return values.shape[-1] > 1 and bool((values[..., 1:] >= values[..., :-1]).all())

@@ -460,7 +460,7 @@ def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
 
 def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
     """What the worker changes before every timed call: CHANGED_ELEMENTS elements of each
-    floating-point tensor of a set that is no output buffer (none for an in-place problem, or
+    floating-point tensor of a set (float16 and wider) that is no output buffer (none for an in-place problem, or
     one whose inputs' structure forbids: `change_timed_inputs = False`). Everywhere unless
     KRUNG_TIMED_INPUT_CHANGES says cpu or off: on a GPU a marker of its own in the CUPTI
     records keeps that work out of the calls' time (measured on the H200:
@@ -470,9 +470,12 @@ def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
         return None
     if ctx.problem.inplace or not ctx.problem.change_timed_inputs:
         return None
+    # float8 and float4 tensors stay as drawn: torch has no arithmetic on them to choose
+    # and move their values with.
     leaves = [[n for n, leaf in enumerate(tree.leaves(s)) if leaf.is_floating_point()
-               and leaf.numel() > 1 and n not in ctx.problem.writable_leaves(s)
-               and not structured(leaf)] for s in sets]
+               and leaf.element_size() > 1 and leaf.numel() > 1
+               and n not in ctx.problem.writable_leaves(s) and not structured(leaf)]
+              for s in sets]
     if not any(leaves):
         return None
     return {"leaves": leaves, "elements": CHANGED_ELEMENTS, "seed": seed}

@@ -210,3 +210,50 @@ def test_a_tiny_cpu_budget_still_fails_a_grid_that_rounds_down(problem, version,
     else:
         assert checked.status is krung.Status.FAILED, lines
         assert checked.error_type == "Mismatch", lines
+
+
+CHUNKED = '''
+"""Running sums within chunks of 64 rows, as GPU MODE's gated-delta-net problems make them:
+the generator reshapes its rows into chunks, so a row count below 64 cannot be drawn."""
+import torch
+
+CHUNK = 64
+test_cases = [{"t": 320, "n": 70, "dtype": "float32"}]
+bench_cases = test_cases
+
+
+def make_inputs(case, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(case["t"], case["n"], generator=g, device=device)
+    return (x.reshape(case["t"] // CHUNK, CHUNK, case["n"]).reshape(case["t"], case["n"]),)
+
+
+def reference(x):
+    return x.reshape(-1, CHUNK, x.shape[-1]).cumsum(1).reshape(x.shape)
+
+
+def flops(case):
+    return case["t"] * case["n"]
+
+
+def bytes_moved(case):
+    return 8 * case["t"] * case["n"]
+'''
+
+
+def test_the_determinism_rung_runs_as_declared_a_case_the_problem_cannot_make_smaller(
+        tmp_path, store):
+    """A tiny budget would halve the rows to a count no chunk divides (t=160, 80, 40), a
+    case the generator cannot draw: determinism, like correctness, runs it as declared
+    rather than end the run as krung's error."""
+    folder = tmp_path / "chunked"
+    folder.mkdir()
+    (folder / "problem.py").write_text(CHUNKED)
+    version = tmp_path / "chunked_version.py"
+    version.write_text("def kernel(x):\n"
+                       "    return x.reshape(-1, 64, x.shape[-1]).cumsum(1).reshape(x.shape)\n")
+    run = krung.evaluate(folder, version, store=store, device="cpu",
+                         rungs="static,compile,run,correctness,determinism",
+                         settings=Settings(cpu_check_budget_s=0.05))
+    assert run.ok, "\n".join(r.line() + "\n" + (r.details or "") for r in run.rungs)
+    assert run.rung("determinism").figures["case"] == "t=320,n=70,dtype=float32"

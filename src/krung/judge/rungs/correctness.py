@@ -300,7 +300,7 @@ def _budget(ctx: Context) -> CpuBudget | None:
     """On a CPU, the cases fitted to the time budget (krung.judge.problem.cpu_budget)."""
     if ctx.device != "cpu" or ctx.settings.cpu_check_budget_s <= 0:
         return None
-    return CpuBudget(ctx.settings.cpu_check_budget_s, lambda c: _unusable(ctx, c) is None)
+    return CpuBudget(ctx.settings.cpu_check_budget_s, lambda c: unusable(ctx, c) is None)
 
 
 NOTHING_TO_STRESS = "changes none of the inputs"
@@ -426,12 +426,12 @@ def _usable(ctx: Context, pairs: list[tuple[dict, dict]]
     skipped: list[str] = []
     narrowings: list[str] = []
     for origin, case in pairs:
-        why = _unusable(ctx, case)
+        why = unusable(ctx, case)
         if why is None:
             usable.append(case)
             continue
         if ctx.problem.derive_case is None:
-            fewer, kept = narrowed(origin, case, lambda c: _unusable(ctx, c) is None)
+            fewer, kept = narrowed(origin, case, lambda c: unusable(ctx, c) is None)
             if fewer != origin and fewer not in declared and fewer not in usable:
                 usable.append(fewer)
                 narrowings.append(f"{case_label(fewer)}: {', '.join(kept)} kept as declared "
@@ -441,7 +441,7 @@ def _usable(ctx: Context, pairs: list[tuple[dict, dict]]
     return usable, skipped, narrowings
 
 
-def _unusable(ctx: Context, case: dict) -> str | None:
+def unusable(ctx: Context, case: dict) -> str | None:
     """Why the problem cannot make inputs or a reference output for `case` (None: it can)."""
     try:
         inputs = ctx.make_inputs(case, ctx.seed_for("unseen-probe"))

@@ -85,8 +85,11 @@ def run(ctx: Context) -> dict[str, Any]:
 
 def _affordable(ctx: Context, case: dict) -> dict:
     """On a CPU, the case shrunk (as the correctness rung shrinks them, with the cost it
-    learned there) so its two runs fit a quarter of the CPU check budget."""
+    learned there) so its two runs fit a quarter of the CPU check budget; as declared where
+    the problem cannot make that smaller case (a size that must stay a multiple of its
+    chunk), as the correctness rung does."""
     from krung.judge.problem.cpu_budget import CostModel, shrink
+    from krung.judge.rungs.correctness import unusable
 
     checked = ctx.results.get("correctness")
     cost = checked.figures.get("cpu_cost") if checked is not None else None
@@ -99,7 +102,9 @@ def _affordable(ctx: Context, case: dict) -> dict:
         return 2 * model.predict(candidate) <= share
 
     smaller = shrink(case, fits, keep_block=True)
-    return smaller if fits(smaller) else shrink(smaller, fits)
+    if not fits(smaller):
+        smaller = shrink(smaller, fits)
+    return smaller if smaller == case or unusable(ctx, smaller) is None else case
 
 
 def reference_nondeterminism(ctx: Context, inputs: tuple) -> tuple[list, str | None]:

@@ -460,10 +460,10 @@ def _check_possible(ctx: Context, case: dict, row: dict[str, Any]) -> None:
 
 def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
     """What the worker changes before every timed call: CHANGED_ELEMENTS elements of each
-    floating-point tensor of a set (float16 and wider) that is no output buffer (none for an in-place problem, or
-    one whose inputs' structure forbids: `change_timed_inputs = False`). Everywhere unless
-    KRUNG_TIMED_INPUT_CHANGES says cpu or off: on a GPU a marker of its own in the CUPTI
-    records keeps that work out of the calls' time (measured on the H200:
+    floating-point tensor of a set (float16 and wider) that is no output buffer (none for an
+    in-place problem, or one whose inputs' structure forbids: `change_timed_inputs = False`).
+    Everywhere unless KRUNG_TIMED_INPUT_CHANGES says cpu or off: on a GPU a marker of its
+    own in the CUPTI records keeps that work out of the calls' time (measured on the H200:
     tests/test_timing.py::test_work_before_each_call_is_outside_its_time)."""
     mode = ctx.settings.timed_input_changes
     if mode == "off" or (mode == "cpu" and ctx.device != "cpu"):

@@ -5,6 +5,7 @@ precision plus krung's metrics, and krung's whole ladder over it."""
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 import torch
@@ -386,3 +387,54 @@ def test_inputs_drawn_on_the_gpu_are_seeded_and_a_cpu_only_get_inputs_still_work
                                  inputs_on_device=True)
     drawn = numpy_problem.make_inputs(numpy_problem.test_cases[0], 7, "cuda")
     assert drawn[0].is_cuda and drawn[0].shape == (64, 32)
+
+
+OUT_OF_MEMORY_ON_DEVICE = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+draws = 0
+
+def on_the_gpu():
+    try:
+        return torch.get_default_device().type == "cuda"
+    except (AssertionError, RuntimeError):  # CUDA asked of a torch without it
+        return True
+
+def get_inputs():
+    global draws
+    draws += 1
+    # On the GPU (torch's default device) the card is full of another problem's data; on
+    # the CPU the first draw fits and the second does not.
+    if on_the_gpu() or draws == 2:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+    return [torch.rand(64, 32)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_out_of_memory_while_drawing_is_raised_not_drawn_on_the_cpu_nor_a_defect(krung,
+                                                                                   tmp_path):
+    """A draw on the GPU that runs out of memory is not a get_inputs() that cannot run there:
+    drawn on the CPU instead, the same seed gave other values, and a suite's problem beside a
+    larger one was refused as not deterministic (46_ and 89_ on an H100) rather than run
+    again alone. The out-of-memory is raised, and the run is krung's error that says so."""
+    from krung.judge.problem import load_problem
+
+    path = write(tmp_path / "9_Full.py", OUT_OF_MEMORY_ON_DEVICE)
+    problem = load_problem(path, inputs_on_device=True)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        problem.make_inputs(problem.test_cases[0], 7, "cuda")
+    drawn_in = sys.modules[problem.reference_code.__module__]
+    assert drawn_in.draws == 1  # not drawn again on the CPU
+    version = write(tmp_path / "solution.py", OUT_OF_MEMORY_ON_DEVICE + "\nModelNew = Model\n")
+    result = krung("run", path, version, "--json")
+    run = result.json()
+    assert result.code == 3 and run["outcome"] == "error", result.stdout + result.stderr
+    assert "OutOfMemoryError" in run["error"] and "deterministic" not in run["error"]

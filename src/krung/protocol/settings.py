@@ -226,7 +226,8 @@ class Settings:
     inputs_on_device: bool = setting(
         True, "KRUNG_INPUTS_ON_DEVICE",
         "KernelBench's get_inputs() drawn on the GPU (torch's default device for the call; a "
-        "get_inputs() that cannot is drawn on the CPU): milliseconds where a declared-size "
+        "get_inputs() that cannot is drawn on the CPU, one that runs out of GPU memory is "
+        "krung's error, not drawn again): milliseconds where a declared-size "
         "input took seconds of CPU in every rung; 0 to draw on the CPU (other values, so "
         "the same seed gives other inputs than a CPU run's)")
     kernel_census: bool = setting(

@@ -40,6 +40,8 @@ def check_behaviour(problem: Problem, device: str) -> None:
     def generate(seed: int) -> Any:
         try:
             return problem.make_inputs(dict(case), seed, device)
+        except torch.cuda.OutOfMemoryError:  # the GPU's state, not the problem's defect
+            raise
         except Exception as exc:
             raise _generator_failed(problem, name, case, device, exc) from exc
 

@@ -142,7 +142,9 @@ class KernelBenchSource:
         """get_inputs() seeded. With `on_device`, on the GPU (torch's default device for the
         call): KernelBench's torch.rand draws a 6.4 GB input in seconds of CPU time, in
         every rung, where the GPU takes milliseconds. A get_inputs() that cannot run that way
-        (a CPU-only call inside) is drawn on the CPU, as before."""
+        (a CPU-only call inside) is drawn on the CPU, as before. Out of memory is not such a
+        call: drawn on the CPU the same seed gives other values (a suite's 8 GiB draw beside
+        another problem was then refused as not deterministic), so it is raised."""
         import torch
 
         if self.on_device and device != "cpu":
@@ -150,6 +152,8 @@ class KernelBenchSource:
                 with torch.device(device):
                     torch.manual_seed(seed)
                     return self.module.get_inputs()
+            except torch.cuda.OutOfMemoryError:
+                raise
             except (RuntimeError, TypeError, ValueError):
                 pass
         torch.manual_seed(seed)

@@ -131,10 +131,10 @@ class Row:
     error_type: str = ""
     explanation: str = ""
     wall_s: float = 0.0
-    judge_peak_mib: float | None = None  # resident host memory, sampled
+    # Each process's peaks from the run's env: resident host memory, torch's device memory
+    judge_peak_mib: float | None = None
     worker_peak_mib: float | None = None
-    gpu_peak_mib: float | None = None  # the larger of the two processes' GPU memory, sampled
-    judge_gpu_mib: float | None = None  # torch's peak in each process, from the run's env
+    judge_gpu_mib: float | None = None
     worker_gpu_mib: float | None = None
     notes: str = ""
     kernelbench_check: str = ""  # KernelBench's own check on the honest baseline
@@ -228,82 +228,6 @@ def _numbered(path: Path) -> tuple[int, str]:
 
 # Running one job.
 
-class PeakMemory(threading.Thread):
-    """Polls the judge's and the worker's peak resident memory (VmHWM) under one process,
-    and with `gpu` their GPU memory (nvidia-smi), until stopped."""
-
-    def __init__(self, root_pid: int, gpu: bool):
-        super().__init__(daemon=True)
-        self.root_pid = root_pid
-        self.gpu = gpu and shutil.which("nvidia-smi") is not None
-        self.peaks: dict[str, float] = {}
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(0.25):
-            roles = _descendant_roles(self.root_pid)
-            for pid, role in roles.items():
-                peak = _vm_hwm_mib(pid)
-                if peak is not None:
-                    self.peaks[role] = max(self.peaks.get(role, 0.0), peak)
-            if self.gpu and roles:
-                for pid, used in _gpu_memory_mib().items():
-                    if pid in roles:
-                        key = f"gpu_{roles[pid]}"
-                        self.peaks[key] = max(self.peaks.get(key, 0.0), used)
-
-
-def _descendant_roles(root: int) -> dict[int, str]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    roles: dict[int, str] = {}
-    stack: list[tuple[int, str | None]] = [(root, None)]
-    while stack:
-        pid, parent_role = stack.pop()
-        try:
-            command = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        # A forked worker (krung.worker.zygote) keeps its judge's command line.
-        if b"krung.worker.serve" in command or (b"krung.judge" in command
-                                                 and parent_role == "judge"):
-            roles[pid] = "worker"
-        elif b"krung.judge" in command:
-            roles[pid] = "judge"
-        stack += [(child, roles.get(pid)) for child in children.get(pid, [])]
-    return roles
-
-
-def _vm_hwm_mib(pid: int) -> float | None:
-    try:
-        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def _gpu_memory_mib() -> dict[int, float]:
-    try:
-        text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                               "--format=csv,noheader,nounits"], capture_output=True,
-                              text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    used = {}
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            used[int(parts[0])] = float(parts[1])
-    return used
-
-
 def job_env(args: argparse.Namespace, store: Path) -> dict[str, str]:
     """The environment of every run, and of the service: one kind of judge serves them all."""
     return dict(os.environ, KRUNG_STORE=str(store), KRUNG_SCALE=str(args.scale),
@@ -341,25 +265,16 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, env=env,
                                    start_new_session=True, cwd=job.path.parent)
-        memory = PeakMemory(process.pid, args.device != "cpu")
-        memory.start()
         try:
             process.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             row.verdict = "timeout"
-        memory.done.set()
-        memory.join()
         row.wall_s = round(time.perf_counter() - start, 1)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
-    # A judge of the service is not this run's child: its figures come from the run's env.
-    row.judge_peak_mib = _rounded(memory.peaks.get("judge"))
-    row.worker_peak_mib = _rounded(memory.peaks.get("worker"))
-    gpu = [memory.peaks[k] for k in ("gpu_judge", "gpu_worker") if k in memory.peaks]
-    row.gpu_peak_mib = _rounded(max(gpu)) if gpu else None
     if row.verdict == "timeout":
         row.explanation = f"no answer within {args.timeout:g} s"
     else:
@@ -385,10 +300,9 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
         return
     row.run_id = run.get("run_id") or ""
     env = run.get("env") or {}
-    if row.judge_peak_mib is None:
-        row.judge_peak_mib = _rounded(env.get("judge_host_peak_mib"))
-    if row.worker_peak_mib is None:
-        row.worker_peak_mib = _rounded(env.get("worker_host_peak_mib"))
+    # Each process's peaks as it measured them (a judge of the service is not this run's child)
+    row.judge_peak_mib = _rounded(env.get("judge_host_peak_mib"))
+    row.worker_peak_mib = _rounded(env.get("worker_host_peak_mib"))
     row.judge_gpu_mib = _rounded(env.get("judge_device_peak_mib"))
     row.worker_gpu_mib = _rounded(env.get("worker_device_peak_mib"))
     notes = []
@@ -513,7 +427,7 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
         failure = f"{r.failed_rung}: {r.explanation}" if r.failed_rung else r.explanation
         cells = [r.problem, r.version, r.expect, result, f"{r.wall_s:g}",
                  _cell(r.judge_peak_mib), _cell(r.worker_peak_mib),
-                 _cell(r.judge_gpu_mib if r.judge_gpu_mib is not None else r.gpu_peak_mib),
+                 _cell(r.judge_gpu_mib),
                  _cell(r.worker_gpu_mib), r.kernelbench_check, failure, r.notes]
         lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -155,7 +155,7 @@ def rounded_apart(inputs: Any, writable: set[int], seed: int) -> Any:
 
     def apply(index: int, tensor: Any) -> Any:
         if index in writable or not tensor.is_floating_point() or tensor.numel() == 0 \
-                or _comparable(tensor) is None:
+                or _packed(tensor):
             return tensor
         signs = torch.randint(0, 2, tensor.shape, generator=generator).to(tensor.device)
         unit = torch.finfo(torch.float64 if tensor.dtype == torch.float64 else torch.float32)
@@ -214,15 +214,18 @@ def _wide(x: Any) -> Any:
     return x if x.dtype == torch.float64 else x.to(torch.float32)
 
 
+def _packed(tensor: Any) -> bool:
+    """float4: two values packed in a byte, with no elementwise view to compute on."""
+    return "float4" in str(tensor.dtype)
+
+
 def _comparable(tensor: Any) -> Any | None:
     """`tensor`'s values in a dtype that compares, sorts and subtracts: float8 widened to
-    float32 (exactly; torch has only equality for float8), None for float4 (two values
-    packed in a byte, with no elementwise view), the tensor itself otherwise."""
+    float32 (exactly; torch has only equality for float8), None for float4 (`_packed`), the
+    tensor itself otherwise."""
     if not tensor.is_floating_point() or tensor.element_size() > 1:
         return tensor
-    if "float4" in str(tensor.dtype):
-        return None
-    return tensor.float()
+    return None if _packed(tensor) else tensor.float()
 
 
 def _discrete(tensor: Any) -> bool:

@@ -5,6 +5,8 @@ its own (`delegated`). Real subprocesses on the CPU, Triton under its interprete
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from krung.host import options
@@ -349,3 +351,67 @@ def test_on_a_gpu_cupti_tells_own_cuda_kernels_from_the_references_library_kerne
     assert correctness["status"] == "ok", correctness
     assert correctness["figures"]["delegated"] is False
     assert any("add_kernel" in k for k in correctness["figures"]["own_kernels"])
+
+
+# A token kernel of its own beside torch's kernels doing the softmax: no library kernel, no
+# forbidden name; the census's times show whose kernels did the work (issue 31, item 3).
+TOKEN_BESIDE_TORCH = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def token_kernel(c):
+    tl.store(c, tl.load(c) + 0.0)
+
+
+def kernel(x):
+    xf = x.float()
+    e = torch.exp(xf - xf.amax(dim=-1, keepdim=True))
+    out = (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
+    token_kernel[(1,)](out)
+    return out
+'''
+
+
+def test_own_kernels_that_carry_too_little_of_a_calls_device_time_are_said():
+    """The census's device times: own kernels under half of a call's time, with torch's
+    kernels doing the rest, are named with their shares; glue beside them is not."""
+    from krung.judge.delegation import Delegation
+
+    rng = random.Random()
+    token, torch_ns = rng.randint(1_000, 3_000), rng.randint(20_000, 90_000)
+    thin = Delegation()
+    reply = {"kernels": ["token_kernel"], "device_kernels": ["token_kernel", "at::native::exp"],
+             "device_kernel_ns": {"token_kernel": token, "at::native::exp": torch_ns}}
+    assert thin.note(reply, "rows=5", None) is False  # it launched a kernel of its own
+    assert "at::native::exp" in thin.thin["rows=5"] and "token_kernel" in thin.thin["rows=5"]
+    assert thin.figures(False)["own_share"] == round(100 * token / (token + torch_ns), 1)
+    assert thin.failure("rows=5", {}).error_type == "Delegated"
+
+    carried = Delegation()
+    reply["device_kernel_ns"] = {"token_kernel": torch_ns, "at::native::exp": token}
+    carried.note(reply, "rows=5", None)
+    assert not carried.thin and carried.figures(False)["own_share"] > 50
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_token_kernel_beside_torchs_kernels_fails_an_own_kernel_policy(
+        krung, version):
+    """On the H200: softmax in torch's kernels beside a token Triton kernel is Delegated under
+    --require-own-kernel, its own kernels' share named; the Triton softmax passes, its share
+    said."""
+    result = krung("run", "softmax", version("token_beside_torch", TOKEN_BESIDE_TORCH),
+                   "--device", "cuda", "--json", "--rungs", RUNGS, "--require-own-kernel")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["error_type"] == "Delegated", correctness
+    assert "of the call's device time" in correctness["error"], correctness
+    assert correctness["figures"]["own_share"] < 50, correctness
+
+    honest = PROBLEMS / "softmax" / "solutions" / "triton_rowwise.py"
+    result = krung("run", "softmax", honest, "--device", "cuda", "--json", "--rungs", RUNGS,
+                   "--require-own-kernel")
+    correctness = _rungs(result)["correctness"]
+    assert correctness["status"] == "ok", correctness
+    assert correctness["figures"]["own_share"] >= 50, correctness

@@ -1103,6 +1103,19 @@ def test_l2_eviction_hints_are_said_where_the_times_are(krung, scale_problem, ve
     assert agent.code == 0 and "l2_hints" not in agent.stdout, agent.stdout
 
 
+@pytest.mark.gpu
+def test_on_a_gpu_l2_eviction_hints_are_said_beside_the_times(krung, scale_problem, version):
+    """On the H200 (issue 31, item 6): the hinted Triton kernel compiles, is timed under the L2
+    flush and passes, and the benchmark names the hint beside its times
+    (benchmarks/evict_last.py measures whether the hint outlives the flush)."""
+    result = krung("run", scale_problem, version("evict_last", EVICT_LAST), "--device", "cuda",
+                   "--json", "--rungs", "static,compile,run,correctness,benchmark")
+    assert result.code == 0, result.stdout + result.stderr
+    bench = {r["name"]: r for r in result.json()["rungs"]}["benchmark"]["figures"]
+    assert [hint.split(" ")[0] for hint in bench["l2_hints"]] == ["evict_last"], bench
+    assert bench["timer"] == "cupti", bench
+
+
 def test_a_known_librarys_kernel_pasted_into_a_version_is_named(krung, scale_problem, version):
     """A kernel as torch.compile's Inductor writes it, pasted in and renamed nowhere: the
     static rung names it and its library; the same kernel under a name of its own is not."""

@@ -14,6 +14,11 @@ has run it) is delegated too, own kernel or not, and the library
 is named (`library_work`): a token kernel of its own beside numpy's matmul or cuBLAS's gemm
 does not carry the work.
 
+On a GPU the census also times each kernel, so a token kernel of the version's own beside
+torch's kernels doing the rest is seen too: `own_share` is the least share of a traced
+call's device time its own kernels took, and where the policy asks for the version's own
+kernel, a call whose own kernels took less than half (`OWN_SHARE_FLOOR`) is delegated.
+
 Where the problem's policy traces torch operators (it forbids some, or asks for the version's
 own kernel), the operators the version ran that the reference ran too are named
 (`reference_ops`): the computation it handed to torch, own kernel or not.
@@ -35,6 +40,9 @@ GLUE_OPS = frozenset({
     "expand", "contiguous", "clone", "copy_", "_to_copy", "to", "lift_fresh", "resize_",
     "slice", "select", "unsqueeze", "squeeze", "set_", "_local_scalar_dense", "item",
 })
+# Under require_own_kernel the version's own kernels carry at least this share of a call's
+# device time: torch's glue (a cast, a fill) beside them is fine, the computation is not.
+OWN_SHARE_FLOOR = 0.5
 TORCH_KERNEL_MARKS = ("at::", "at_cuda_detail", "c10::", "pytorch")  # torch's own kernels
 # The device kernels of vendor libraries, by the names CUPTI reports (cuBLAS's and cuBLASLt's
 # gemms: nvjet on Hopper, xmma, the precompiled CUTLASS and per-architecture ones; cuDNN's
@@ -75,6 +83,8 @@ class Delegation:
     libraries: set[str] = field(default_factory=set)  # work handed to libraries, in words
     named: set[str] = field(default_factory=set)  # identifiers the version's source spells
     library_kernels: bool = False  # GPU: vendor-library kernels by name (KRUNG_LIBRARY_KERNELS)
+    shares: dict[str, float] = field(default_factory=dict)  # GPU: own kernels' share, by case
+    thin: dict[str, str] = field(default_factory=dict)  # cases under OWN_SHARE_FLOOR: who ran
 
     def library_of(self, kernel: str) -> str | None:
         """The vendor library a device kernel is from, unless the version's source names it
@@ -100,6 +110,7 @@ class Delegation:
         with no Triton kernel is undecided, not delegated: its kernels could be CUDA C++."""
         own = self.own_kernels(reply)
         self.own.update(own)
+        self.note_share(reply, label, set(own))
         if reply.get("ops") is not None:
             self.version_ops.update(reply["ops"])
         if reference_ops is not None:
@@ -120,6 +131,23 @@ class Delegation:
             self.delegated_cases.append(label)
         return True
 
+    def note_share(self, reply: dict[str, Any], label: str, own: set[str]) -> None:
+        """The share of one call's device time its own kernels took (GPU, from the census),
+        and who ran the rest where that share is under OWN_SHARE_FLOOR."""
+        times = reply.get("device_kernel_ns")
+        total = sum(times.values()) if times else 0
+        if not total or not own:
+            return
+        share = sum(ns for name, ns in times.items() if name in own) / total
+        self.shares[label] = min(share, self.shares.get(label, 1.0))
+        if share < OWN_SHARE_FLOOR:
+            others = sorted(((ns, name) for name, ns in times.items() if name not in own),
+                            reverse=True)[:3]
+            self.thin[label] = (
+                f"its own kernels ({', '.join(sorted(own))}) took {share:.0%} of the call's "
+                "device time; the rest ran in " + ", ".join(
+                    f"{_short(name)} ({ns / total:.0%})" for ns, name in others))
+
     def library_work(self, reply: dict[str, Any]) -> list[str]:
         """One call's vendor-library kernels on the device (CUPTI's census), in words; the
         version's own Triton kernels are its own whatever their names."""
@@ -128,8 +156,7 @@ class Delegation:
         for name in sorted(set(reply.get("device_kernels") or []) - own):
             library = self.library_of(name)
             if library:
-                found.setdefault(library, []).append(name if len(name) <= 80
-                                                     else name[:77] + "...")
+                found.setdefault(library, []).append(_short(name))
         return [f"{library} kernels: {', '.join(names)}" for library, names in found.items()]
 
     def shared_ops(self) -> list[str]:
@@ -143,6 +170,8 @@ class Delegation:
             figures["reference_ops"] = self.shared_ops()
         if self.libraries:
             figures["library_work"] = sorted(self.libraries)
+        if self.shares:
+            figures["own_share"] = round(100 * min(self.shares.values()), 1)
         if self.undecided:
             figures["delegation_unknown"] = (
                 f"{len(self.undecided)} case(s) without a kernel census (KRUNG_KERNEL_CENSUS=0"
@@ -150,7 +179,15 @@ class Delegation:
         return figures
 
     def failure(self, label: str, figures: dict[str, Any]) -> RungFailed:
-        """Delegated: the policy asks for the version's own kernel, and this call had none."""
+        """Delegated: the policy asks for the version's own kernel, and this call had none
+        (or its own kernels stood beside the work: `thin`)."""
+        if label in self.thin:
+            return RungFailed(
+                "Delegated", f"case {label}: {self.thin[label]}, and the problem's policy asks "
+                f"for the version's own kernels to do the work (require_own_kernel: at least "
+                f"{OWN_SHARE_FLOOR:.0%} of each call's device time)",
+                "move the work those kernels do into a kernel of your own; torch's glue "
+                "(allocation, a cast) beside your kernels is fine", figures=figures)
         ran = self.shared_ops()
         what = (f"it ran only torch's operators ({', '.join('aten::' + o for o in ran)}, as the "
                 "reference does)" if ran else "it ran only torch's operators")
@@ -164,6 +201,10 @@ class Delegation:
             "write the core operation as a kernel of your own (Triton, CUDA C++, ...) and "
             "launch it from the entry point; calling torch or a vendor library does not count",
             figures=figures)
+
+
+def _short(kernel: str) -> str:
+    return kernel if len(kernel) <= 80 else kernel[:77] + "..."
 
 
 def handed_to_libraries(library: dict[str, Any] | None) -> list[str]:

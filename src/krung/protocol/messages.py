@@ -302,6 +302,7 @@ class Called(Reply):
     ops: list[str] | None = None  # the torch operators it ran, when asked
     kernels: list[str] | None = None  # the Triton kernels it launched (krung.worker.guard)
     device_kernels: list[str] | None = None  # every kernel the GPU ran, when asked (CUPTI)
+    device_kernel_ns: dict[str, int] | None = None  # and each one's device time over the call
     inputs_after: Tensors | None = None  # its inputs after the call, when asked
     # launches in this call of each Triton kernel the version's module defines (0: none)
     own_kernels: dict[str, int] | None = None

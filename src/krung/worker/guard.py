@@ -347,13 +347,15 @@ class OwnKernels:
     (krung.worker.launches: under the interpreter and on a GPU alike); with `device`, also
     the name of every kernel the GPU ran (`device_names`, CUPTI through torch's profiler;
     None where the profiler cannot start), for kernels of other DSLs, which the judge tells
-    apart from the library kernels the reference launches too. The profiler's end
+    apart from the library kernels the reference launches too, and each one's device time
+    over the block (`device_ns`: whose kernels carried the work). The profiler's end
     synchronises the device: leave the block after the outputs are copied."""
 
     def __init__(self, device: bool = False) -> None:
         self.device = device
         self.names: list[str] = []
         self.device_names: list[str] | None = None
+        self.device_ns: dict[str, int] | None = None
         self._profiler: Any = None
 
     def __enter__(self) -> OwnKernels:
@@ -371,8 +373,12 @@ class OwnKernels:
         if self._profiler is not None:
             from krung.worker.timing import device_work
 
-            self.device_names = sorted({e.name() for e in device_work(self._profiler)
-                                        if _kind(e) == "kernel"})
+            self.device_ns = {}
+            for event in device_work(self._profiler):
+                if _kind(event) == "kernel":
+                    name = event.name()
+                    self.device_ns[name] = self.device_ns.get(name, 0) + event.duration_ns()
+            self.device_names = sorted(self.device_ns)
         after = _triton_launches()
         self.names = sorted(n for n, count in after.items() if count > self._before.get(n, 0))
 

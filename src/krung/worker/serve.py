@@ -234,7 +234,8 @@ class Worker:
             **outputs, call_s=call_s, builds=_builds(), **self.conduct(),
             **call_record(self.own_kernels),
             ops=sorted(trace.ops) if isinstance(trace, OpTrace) else None,
-            kernels=own.names, device_kernels=own.device_names, library=library,
+            kernels=own.names, device_kernels=own.device_names,
+            device_kernel_ns=own.device_ns, library=library,
             inputs_after=inputs if request.return_inputs else None)
 
     def op_time(self, request: messages.Time) -> messages.Reply:

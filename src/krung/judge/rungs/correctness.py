@@ -115,6 +115,10 @@ SPEC = RungSpec(
         Figure("own_kernels", "", "the kernels of the version's own its checked calls "
                "launched (Triton's by name; on a GPU also every kernel CUPTI saw that the "
                "reference does not launch and torch does not own)", "list", shown=(HTML,)),
+        Figure("own_share", "%", "the least share of a traced call's device time the "
+               "version's own kernels took (CUPTI's census; under require_own_kernel at "
+               "least half, krung.judge.delegation)", shown=(HTML, AGENT),
+               when="on a GPU, where the version launched kernels of its own"),
         Figure("delegation_unknown", "", "why `delegated` could not be decided on some cases "
                "(a GPU without the kernel census: KRUNG_KERNEL_CENSUS=0, as on krung's "
                "second try after its own crash, or CUPTI unable to start)", "text",
@@ -251,9 +255,12 @@ def run(ctx: Context) -> dict[str, Any]:
             # the others' Triton launches alone cannot tell a delegated call.
             decides = (rep == 0 and not stress) or ctx.device == "cpu"
             census = ctx.device == "cpu" or reply.get("device_kernels") is not None
-            if decides and delegation.note(reply, label, reference_ops, census):
-                row["delegated"] = True
-                if ctx.problem.require_own_kernel:
+            if decides:
+                if delegation.note(reply, label, reference_ops, census):
+                    row["delegated"] = True
+                # own kernels beside the work (delegation.thin) fail the policy too
+                if ctx.problem.require_own_kernel and (row["delegated"] or
+                                                       label in delegation.thin):
                     raise delegation.failure(label, delegation.figures(ctx.traces_ops))
             conduct.add(reply)
             row["seeds"] += 1

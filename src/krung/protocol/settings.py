@@ -175,11 +175,11 @@ class Settings:
         "default), cpu (on a CPU only) or off",
         one_of(INPUT_CHANGE_MODES, "a mode of the timed input changes"))
     value_stress: str = setting(
-        "on", "KRUNG_VALUE_STRESS",
+        "cpu", "KRUNG_VALUE_STRESS",
         "checked calls on inputs whose values leave the generator's distribution (scaled, "
         "ramped, sorted, tied, skewed indices: krung.judge.problem.value_stress), so a "
-        "version right only on the generator's values fails: on (everywhere, the default), "
-        "cpu (on a CPU only) or off",
+        "version right only on the generator's values fails: cpu (on a CPU only, the "
+        "default until it passes the GPU gate), on (everywhere) or off",
         one_of(INPUT_CHANGE_MODES, "a mode of the value stress"))
     sandbox: str = setting(
         "cpu", "KRUNG_SANDBOX",

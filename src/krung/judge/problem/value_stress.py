@@ -34,7 +34,7 @@ multiplies a matmul's rounding by 64, and an honest float32 matmul failed an ato
 where an output sat near zero. (Where rounding fails the check on the generator's values too,
 the problem wants exact outputs, and honest code does not round: the stress stays.)
 
-On everywhere by default since it passed the GPU gate; KRUNG_VALUE_STRESS=cpu or off (docs/trust.md).
+Off on a GPU until it passes the GPU gate (KRUNG_VALUE_STRESS, docs/trust.md).
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ class Delegation:
     def failure(self, label: str, figures: dict[str, Any]) -> RungFailed:
         """Delegated: the policy asks for the version's own kernel, and this call had none
         (or its own kernels stood beside the work: `thin`)."""
-        if label in self.thin:
+        if label in self.thin and not self.libraries:
             return RungFailed(
                 "Delegated", f"case {label}: {self.thin[label]}, and the problem's policy asks "
                 f"for the version's own kernels to do the work (require_own_kernel: at least "

@@ -69,7 +69,10 @@ def kernel(x):
 def medians(folder: Path, name: str, hint: str) -> dict[str, float]:
     version = folder / f"{name}.py"
     version.write_text(textwrap.dedent(VERSION.format(hint=hint)))
-    env = {**os.environ, "KRUNG_STORE": str(folder / "krung.db")}
+    # krung from this checkout, where it is not installed (the GPU image)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "KRUNG_STORE": str(folder / "krung.db"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "krung", "run", str(folder / "affine"),
                            str(version), "--device", "cuda", "--json", "--rungs",
                            "static,compile,run,correctness,benchmark"],

@@ -42,6 +42,23 @@ def pytest_configure(config):
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def judge_forks(tmp_path_factory):
+    """One judge fork server per test process (krung.judge.forks): the CPU judges of its
+    tests' evaluations are forked from a process that imported torch once, not each started
+    (about 1.5 s of CPU apiece, most of a small evaluation). A test of the cold start sets
+    KRUNG_JUDGE_FORKS to '' for its evaluation."""
+    from krung.judge import forks
+
+    path = tmp_path_factory.mktemp("forks") / "judges.sock"
+    server = forks.start(path, os.getpid())
+    os.environ["KRUNG_JUDGE_FORKS"] = str(path)
+    yield path
+    del os.environ["KRUNG_JUDGE_FORKS"]
+    server.terminate()
+    server.wait()
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_available():
         return

@@ -60,7 +60,7 @@ def test_wrong_versions_fail_correctness(solution, store):
     budget = BUDGET_S.get(_id(solution))
     run = krung.evaluate(solution.parent.parent, solution, store=store, device="cpu",
                          rungs="static,compile,run,correctness",
-                         settings=Settings(cpu_check_budget_s=budget) if budget else None)
+                         settings=Settings.from_env().replace(cpu_check_budget_s=budget))
     failed = [r for r in run.rungs if r.status is krung.Status.FAILED]
     assert [r.name for r in failed] in (["correctness"], ["run"]), \
         "\n".join(r.line() for r in run.rungs)

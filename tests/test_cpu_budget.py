@@ -200,7 +200,7 @@ def test_a_tiny_cpu_budget_still_fails_a_grid_that_rounds_down(problem, version,
     pytest.importorskip("triton")
     run = krung.evaluate(PROBLEMS / problem, PROBLEMS / problem / "solutions" / f"{version}.py",
                          store=store, device="cpu", rungs="static,compile,run,correctness",
-                         settings=Settings(cpu_check_budget_s=0.05))
+                         settings=Settings.from_env().replace(cpu_check_budget_s=0.05))
     lines = "\n".join(r.line() for r in run.rungs)
     checked = run.rung("correctness")
     if right:
@@ -254,6 +254,6 @@ def test_the_determinism_rung_runs_as_declared_a_case_the_problem_cannot_make_sm
                        "    return x.reshape(-1, 64, x.shape[-1]).cumsum(1).reshape(x.shape)\n")
     run = krung.evaluate(folder, version, store=store, device="cpu",
                          rungs="static,compile,run,correctness,determinism",
-                         settings=Settings(cpu_check_budget_s=0.05))
+                         settings=Settings.from_env().replace(cpu_check_budget_s=0.05))
     assert run.ok, "\n".join(r.line() + "\n" + (r.details or "") for r in run.rungs)
     assert run.rung("determinism").figures["case"] == "t=320,n=70,dtype=float32"

@@ -35,7 +35,7 @@ CORRECTNESS = "static,compile,run,correctness"
 
 @pytest.fixture
 def settings(store) -> Settings:
-    return Settings(store=store, device="cpu")
+    return Settings.from_env().replace(store=store, device="cpu")  # the tests' judge forks
 
 
 def test_local_pool_records_every_version_crashes_included(scale_problem, version, settings):

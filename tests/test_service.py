@@ -259,7 +259,7 @@ def test_a_judge_killed_mid_run_is_tried_again_in_fresh_processes(
     assert state == "done" and rungs == 4
 
 
-@pytest.mark.parametrize("how, via", [(signal.SIGINT, "cold"), (signal.SIGTERM, "cold"),
+@pytest.mark.parametrize("how, via", [(signal.SIGINT, "cold"), (signal.SIGTERM, "forked"),
                                       (signal.SIGINT, "service")])
 def test_ctrl_c_ends_judge_and_worker_within_2_s_and_records_the_run_interrupted(
         store, scale_problem, version, how, via):
@@ -270,7 +270,8 @@ def test_ctrl_c_ends_judge_and_worker_within_2_s_and_records_the_run_interrupted
         _ready(store)
     try:
         client = _krung(store, "run", scale_problem, hang, "--rungs", QUICK,
-                        "--compile-timeout", "600", "--timeout", "600")
+                        "--compile-timeout", "600", "--timeout", "600",
+                        **({"KRUNG_JUDGE_FORKS": ""} if via == "cold" else {}))
         env = _until_running(store, client)
         assert env["judge"] == via
         _until_rung(store, "static")

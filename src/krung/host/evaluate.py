@@ -32,6 +32,7 @@ from typing import Protocol
 
 from krung.host import grading, service
 from krung.host.store import Store
+from krung.judge import forks
 from krung.judge.candidate import LOG_TAIL_BYTES
 from krung.judge.ladder import select
 from krung.judge.problem import (
@@ -144,7 +145,7 @@ def _second_try(run: Run, db: Store, request: messages.Request, settings: Settin
     """Ready the run for its second try after the judge failed (died, fell silent, raised,
     or its worker died before any version code ran): no version code runs in the judge, so
     that is krung's failure (or CUPTI's, or the driver's), never a verdict. The second try
-    runs in fresh processes (a cold judge: no service), with the optional instrumentation
+    runs in fresh processes (a cold judge: no service, no fork server), with the optional instrumentation
     off (the kernel census: delegation may be undecided, and says so); the first try's error
     and logs are kept (`env.first_try`, judge.1.log, worker.1.log)."""
     run_dir = Path(request.run_dir)
@@ -162,7 +163,7 @@ def _second_try(run: Run, db: Store, request: messages.Request, settings: Settin
     if on_progress:
         on_progress("krung", "krung's judge failed, not the version; trying once more in fresh "
                              "processes with the kernel census off")
-    settings = settings.replace(service="off", kernel_census=False)
+    settings = settings.replace(service="off", judge_forks="", kernel_census=False)
     return dataclasses.replace(request, settings=_shared(settings)), settings
 
 
@@ -230,7 +231,11 @@ class ColdJudge:
 
 def _take_judge(settings: Settings, store: Path, run_dir: Path, env: dict[str, str]) -> Judge:
     spec = service.JudgeSpec.of(settings, env)
-    return service.acquire(settings.service, store, spec) or ColdJudge(spec, run_dir)
+    log = run_dir / "judge.log"
+    return (service.acquire(settings.service, store, spec)
+            or forks.fork_judge(settings.judge_forks, spec.device,
+                                spec.args(log, run_dir / "worker.log"), spec.env, log)
+            or ColdJudge(spec, run_dir))
 
 
 def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Settings,

@@ -144,10 +144,11 @@ def recorded(settings: Settings, seed: int | None, files: dict[str, str]) -> dic
 
 
 def non_default(settings: Settings) -> dict[str, Any]:
-    """The settings that differ from their defaults, by variable (the store's path left
-    out: where a run is kept, not how it was checked)."""
+    """The settings that differ from their defaults, by variable (the store's path and the
+    judge fork server's left out: where a run is kept and how its judge started, which the
+    run's `judge` says, not how it was checked)."""
     return {d.env: _shown(getattr(settings, f.name)) for f, d in declarations()
-            if f.name != "store" and getattr(settings, f.name) != f.default}
+            if f.name not in ("store", "judge_forks") and getattr(settings, f.name) != f.default}
 
 
 def _shown(value: Any) -> Any:

@@ -46,7 +46,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from krung.protocol import messages
+from krung.protocol import messages, unix
 from krung.protocol.channel import Channel, ChannelClosed, spawn
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
@@ -59,8 +59,6 @@ POOL = 1  # judges kept ready per kind of evaluation
 MAX_KINDS = 8  # kinds of evaluation with a pool (one per GPU of a batch, say)
 START_FAILURES = 3  # judges of one kind that died before they were ready: stop trying
 REPLY_S = 30.0  # a loaded machine may be slow to answer, never this slow
-# Variables of the caller's environment that change nothing for a judge.
-VOLATILE = ("PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PYTEST_CURRENT_TEST")
 
 
 def paths(store: str | Path) -> tuple[Path, Path, Path]:
@@ -95,7 +93,7 @@ class JudgeSpec:
                 *(["--cuda-ipc"] if self.cuda_ipc else []), *(["--pooled"] if pooled else [])]
 
     def key(self) -> str:
-        kept = {k: v for k, v in self.env.items() if k not in VOLATILE}
+        kept = {k: v for k, v in self.env.items() if k not in unix.VOLATILE}
         text = json.dumps([self.device, self.cuda_ipc, self.max_file_bytes, sys.executable,
                            sorted(kept.items())])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -103,19 +101,6 @@ class JudgeSpec:
     def to_json(self) -> messages.JudgeSpecJson:
         return {"device": self.device, "cuda_ipc": self.cuda_ipc,
                 "max_file_bytes": self.max_file_bytes, "env": self.env}
-
-
-def code_stamp() -> str:
-    """krung's source as it is now (its folder, file count and newest change): a service
-    whose judges import older code than the caller's must not serve it."""
-    root = Path(__file__).resolve().parent.parent
-    count, newest = 0, 0
-    for folder, _, files in os.walk(root):
-        for name in files:
-            if name.endswith(".py"):
-                count += 1
-                newest = max(newest, os.stat(os.path.join(folder, name)).st_mtime_ns)
-    return f"{root}:{count}:{newest}:{sys.executable}"
 
 
 # The client side: what `evaluate` and the commands use.
@@ -162,13 +147,13 @@ def acquire(mode: str, store: Path, spec: JudgeSpec) -> LeasedJudge | None:
             start(store)  # unless one runs, with this code
         except KrungError:  # the evaluation goes on cold; the service's log says why
             return None
-    request = messages.Acquire(spec.key(), spec.to_json(), code_stamp())
+    request = messages.Acquire(spec.key(), spec.to_json(), unix.code_stamp())
     try:
         with _connected(store) as sock:
             if sock is None:
                 return None
-            _send(sock, request)
-            data, fds = _receive(sock, want_fd=True)
+            unix.send(sock, request)
+            data, fds = unix.receive(sock, want_fd=True)
     except OSError:  # the service went away meanwhile
         return None
     try:
@@ -212,7 +197,7 @@ def start(store: str | Path, pool: int = POOL, idle_s: float = IDLE_S,
         found: Any = status(store)
     except OtherCode:
         found = {}  # no stamp: stopped below
-    if found is not None and found.get("stamp") == code_stamp():
+    if found is not None and found.get("stamp") == unix.code_stamp():
         return found
     if found is not None:
         stop(store)
@@ -254,7 +239,7 @@ def serving(settings: Settings, pool: int = POOL, kinds: list[JudgeSpec] | None 
     previous = None
     try:
         found = status(settings.store)
-        if found is not None and found.get("stamp") == code_stamp():
+        if found is not None and found.get("stamp") == unix.code_stamp():
             previous = _ask(settings.store, messages.Resize(pool))
         elif start_one or settings.service == "on":
             start(settings.store, pool=pool, owner=os.getpid())
@@ -262,7 +247,7 @@ def serving(settings: Settings, pool: int = POOL, kinds: list[JudgeSpec] | None 
         else:
             kinds = []
         for spec in [JudgeSpec.of(settings, {})] if kinds is None else kinds:
-            _ask(settings.store, messages.Prime(spec.key(), spec.to_json(), code_stamp()))
+            _ask(settings.store, messages.Prime(spec.key(), spec.to_json(), unix.code_stamp()))
     except (OSError, KrungError):
         pass
     try:
@@ -286,8 +271,8 @@ def _ask(store: str | Path, request: messages.ToService,
     with _connected(store, timeout) as sock:
         if sock is None:
             return None
-        _send(sock, request)
-        data, _ = _receive(sock)
+        unix.send(sock, request)
+        data, _ = unix.receive(sock)
     try:
         return messages.replies(request).decode(data)
     except messages.ProtocolError as exc:
@@ -304,7 +289,7 @@ def _connected(store: str | Path, timeout: float = REPLY_S) -> Iterator[socket.s
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        with _address(sock_path) as address:
+        with unix.address(sock_path) as address:
             try:
                 sock.connect(address)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -351,60 +336,6 @@ def _remove_if_stale(sock_path: Path, lock_path: Path) -> None:
             os.close(fd)
 
 
-@contextlib.contextmanager
-def _address(path: Path) -> Iterator[str]:
-    """A name for the socket at `path` short enough for AF_UNIX (108 bytes): the path, or
-    through /proc/self/fd when a deep store folder makes it longer."""
-    if len(os.fsencode(path)) < 100:
-        yield str(path)
-        return
-    fd = os.open(path.parent, os.O_PATH | os.O_CLOEXEC)
-    try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
-    finally:
-        os.close(fd)
-
-
-def _send(sock: socket.socket, message: messages.Message, fd: int | None = None) -> None:
-    """Send one message as a JSON line; with `fd`, that file descriptor rides on its first
-    bytes. Once those are sent the fd is the peer's, whatever becomes of the rest (an error
-    then is `_Delivered`)."""
-    data = json.dumps(messages.encode(message)).encode() + b"\n"
-    if fd is None:
-        sock.sendall(data)
-        return
-    sent = socket.send_fds(sock, [data], [fd])
-    if sent < len(data):
-        try:
-            sock.sendall(data[sent:])
-        except OSError as exc:
-            raise _Delivered(str(exc)) from exc
-
-
-class _Delivered(Exception):
-    """The file descriptor went out, the rest of its message did not."""
-
-
-def _receive(sock: socket.socket, want_fd: bool = False) -> tuple[Any, list[int]]:
-    """One JSON line, as it was sent, and the file descriptors that came with its first
-    bytes."""
-    chunks: list[bytes] = []
-    fds: list[int] = []
-    while not chunks or not chunks[-1].endswith(b"\n"):
-        if want_fd and not chunks:
-            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
-        else:
-            data = sock.recv(1 << 16)
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            raise ConnectionResetError("the service closed the connection mid-message")
-        chunks.append(data)
-        if sum(map(len, chunks)) > 1 << 22:
-            raise ConnectionResetError("the message is too large")
-    return json.loads(b"".join(chunks)), fds
-
-
 def _tail(path: Path, size: int = 4000) -> str:
     try:
         return path.read_bytes()[-size:].decode(errors="replace")
@@ -446,7 +377,7 @@ class Service:
         self.size = pool
         self.idle_s = idle_s
         self.owner = owner
-        self.stamp = code_stamp()
+        self.stamp = unix.code_stamp()
         self.lock = threading.Lock()
         self.pools: dict[str, _Pool] = {}
         # Judges handed out, until reaped: pid -> the process and its pool's key.
@@ -507,7 +438,7 @@ class Service:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         previous = os.umask(0o077)  # the socket is its owner's alone: it runs code as them
         try:
-            with _address(self.sock_path) as address:
+            with unix.address(self.sock_path) as address:
                 listener.bind(address)
         finally:
             os.umask(previous)
@@ -524,11 +455,11 @@ class Service:
             try:
                 if not self._same_user(conn):
                     return
-                data, _ = _receive(conn)
+                data, _ = unix.receive(conn)
                 try:
                     request = messages.TO_SERVICE.decode(data)
                 except messages.ProtocolError as exc:
-                    _send(conn, messages.Refused(str(exc)))
+                    unix.send(conn, messages.Refused(str(exc)))
                     return
                 getattr(self, f"_op_{request.TAG}")(conn, request)
             except (OSError, ValueError) as exc:
@@ -549,10 +480,10 @@ class Service:
                 assert pool is not None
                 pool.running += 1  # from here, so a second caller does not count it idle
         if judge is None:
-            _send(conn, messages.Refused(why))
+            unix.send(conn, messages.Refused(why))
             return
         try:
-            _send(conn, messages.Handed(judge.process.pid, str(judge.log), judge.ready),
+            unix.send(conn, messages.Handed(judge.process.pid, str(judge.log), judge.ready),
                   fd=judge.channel.fileno())
         except OSError:  # nothing went: the caller left, and the judge is as good as before
             with self.lock:
@@ -560,7 +491,7 @@ class Service:
                 pool.running -= 1
                 pool.judges.insert(0, judge)
             return
-        except _Delivered:  # its channel went: it is the caller's, whether they use it or not
+        except unix.Delivered:  # its channel went: it is the caller's, whether they use it or not
             pass
         judge.channel.close()  # the caller holds the only parent end now
         print(f"judge {judge.process.pid} handed out ({'ready' if judge.ready else 'starting'})",
@@ -572,14 +503,14 @@ class Service:
     def _op_prime(self, conn: socket.socket, request: messages.Prime) -> None:
         with self.lock:
             _, why = self._pool_for(request)
-        _send(conn, messages.Primed() if why is None else messages.Refused(why))
+        unix.send(conn, messages.Primed() if why is None else messages.Refused(why))
 
     def _op_pool(self, conn: socket.socket, request: messages.Resize) -> None:
         with self.lock:
             previous, self.size = self.size, max(1, request.size)
             for pool in self.pools.values():
                 self._fill(pool)
-        _send(conn, messages.Resized(previous))
+        unix.send(conn, messages.Resized(previous))
 
     def _op_exit(self, conn: socket.socket, request: messages.ExitOf) -> None:
         with self.lock:
@@ -589,7 +520,7 @@ class Service:
                 process.wait(timeout=request.timeout)
         with self.lock:
             self._reap()
-            _send(conn, messages.Exited(self.statuses.get(request.pid)))
+            unix.send(conn, messages.Exited(self.statuses.get(request.pid)))
 
     def _op_status(self, conn: socket.socket, request: messages.StatusOf) -> None:
         with self.lock:
@@ -597,7 +528,7 @@ class Service:
                                          starting=len(p.judges) - p.ready(),
                                          running=p.running, broken=p.broken)
                      for p in self.pools.values()]
-            _send(conn, messages.ServiceStatus(
+            unix.send(conn, messages.ServiceStatus(
                 pid=os.getpid(), store=str(self.store), stamp=self.stamp,
                 started_at=self.started_at, pool_size=self.size, idle_s=self.idle_s,
                 idle_left_s=round(self.idle_s - (time.monotonic() - self.used_at)),
@@ -606,7 +537,7 @@ class Service:
     def _op_stop(self, conn: socket.socket, request: messages.Stop) -> None:
         self.why_stopped = "asked to stop"
         self.stopping.set()
-        _send(conn, messages.Stopped())
+        unix.send(conn, messages.Stopped())
 
     # The pools (with self.lock held).
 
@@ -677,7 +608,7 @@ class Service:
         if idle > self.idle_s:
             self.why_stopped = f"idle for {self.idle_s:g} s"
             self.stopping.set()
-        if self.owner is not None and not _alive(self.owner):
+        if self.owner is not None and not unix.alive(self.owner):
             self.why_stopped = f"the process it served ({self.owner}) ended"
             self.stopping.set()
 
@@ -736,16 +667,6 @@ def _until_listening(store: Path, child: int, timeout_s: float = 60.0) -> int:
             return 0 if status(store) is not None else 1
         time.sleep(0.05)
     return 1
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main(argv: list[str] | None = None) -> None:

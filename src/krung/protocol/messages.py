@@ -494,7 +494,7 @@ class Acquire(ToService):
     REPLY = Handed
     key: str
     spec: JudgeSpecJson
-    stamp: str  # the caller's krung code (krung.host.service.code_stamp)
+    stamp: str  # the caller's krung code (krung.protocol.unix.code_stamp)
 
 
 @dataclass(frozen=True)
@@ -537,6 +537,26 @@ class StatusOf(ToService):
 class Stop(ToService):
     TAG = "stop"
     REPLY = Stopped
+
+
+# A client and the judge fork server (krung.judge.forks).
+
+
+@dataclass(frozen=True)
+class ForkJudge(Ask):
+    """Fork a judge that is `python -m krung.judge ARGS` started in `cwd` with `env`, its
+    output to `log`; its channel rides on the request (SCM_RIGHTS). Answered by Handed, then,
+    once the judge has exited, by Exited on the same connection."""
+
+    TAG = "fork"
+    REPLY = Handed
+    FAILURE = Refused
+    device: str
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+    log: str
+    stamp: str  # the caller's krung code (krung.protocol.unix.code_stamp)
 
 
 # The judge and the artifacts rung's build process (krung.judge.rungs.artifacts.build), which
@@ -621,6 +641,7 @@ TO_WORKER = TaggedUnion("worker request", Load, Call, Time, Kernels, Trace, Prof
 HELLO = Replies("the worker's hello", Hello, Failed)
 TO_SERVICE = TaggedUnion("service request", Acquire, Prime, Resize, ExitOf, StatusOf, Stop)
 TO_BUILD = TaggedUnion("build request", Build)
+TO_FORKS = TaggedUnion("judge fork request", ForkJudge)
 
 
 def replies(request: Ask) -> Replies:
@@ -765,9 +786,9 @@ def _shown(value: Any) -> str:
 # The JSON Schema of the messages as they travel.
 
 UNIONS = {"to_judge": TO_JUDGE, "from_judge": FROM_JUDGE, "to_worker": TO_WORKER,
-          "to_service": TO_SERVICE, "to_build": TO_BUILD}
+          "to_service": TO_SERVICE, "to_build": TO_BUILD, "to_forks": TO_FORKS}
 ANSWERS = {"from_worker": (TO_WORKER, Hello), "from_service": (TO_SERVICE, None),
-           "from_build": (TO_BUILD, None)}  # the replies to a union's requests, and a greeting
+           "from_build": (TO_BUILD, None), "from_forks": (TO_FORKS, None)}  # the replies to a union's requests, and a greeting
 
 
 def schema() -> dict[str, Any]:

@@ -209,6 +209,12 @@ class Settings:
         "workers only, the default until the GPU gate has run it), on (everywhere) or off "
         "(every worker a fresh interpreter)",
         one_of(FORK_WORKER_MODES, "a mode of the worker's start"))
+    judge_forks: str = setting(
+        "", "KRUNG_JUDGE_FORKS",
+        "the socket of a judge fork server (`python -m krung.judge.forks --socket PATH`): a "
+        "CPU evaluation's judge is forked from that process, which imported torch once, "
+        "instead of started (about 1.5 s of CPU saved each; the tests run one per test "
+        "process); GPU judges always start. Empty: none")
     forbid: str = setting(
         "", "KRUNG_FORBID",
         "Python names the version must not use, comma-separated (torch.matmul,torch.mm), "

@@ -30,10 +30,11 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from krung.protocol.channel import Channel, spawn
 
@@ -154,61 +155,57 @@ def fork(role: str = "worker", preload: tuple[str, ...] = PRELOAD) -> Zygote:
     start_read, start_write = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    # The objects made so far out of the collector's reach: its passes would write to every
-    # page they are on, copying pages the zygote and the judge share (copy-on-write).
-    gc.freeze()
-    # Python 3.12 warns of any other thread at a fork: numpy's OpenBLAS pool, which OpenBLAS
-    # itself stops around a fork (pthread_atfork); the child has this thread only.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    pid = fork_process()
     if pid == 0:
-        code = 1
-        try:
+        def become() -> int:
             os.close(start_write)
             ours.close()
-            code = _become_worker(start_read, theirs.detach())
-        except SystemExit as exc:  # argparse's
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(code)
+            return _become_worker(start_read, theirs.detach())
+
+        exit_with(become)
     os.close(start_read)
     theirs.close()
     return Zygote(pid, start_write, ours.detach(), role)
 
 
+def fork_process() -> int:
+    """os.fork(), made where the process has imported what its children share."""
+    # The objects made so far out of the collector's reach: its passes would write to every
+    # page they are on, copying pages parent and child share (copy-on-write).
+    gc.freeze()
+    # Python 3.12 warns of any other thread at a fork: numpy's OpenBLAS pool, which OpenBLAS
+    # itself stops around a fork (pthread_atfork); the child has this thread only.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def exit_with(body: Callable[[], int]) -> NoReturn:
+    """In a forked child: run `body` and exit with its status (SystemExit's, such as
+    argparse's; 1 if it raised), its output flushed. The child never returns into the code
+    of the parent it is a copy of."""
+    code = 1
+    try:
+        code = body()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
 def _become_worker(start_fd: int, channel_fd: int) -> int:
-    _close_all_but(start_fd, channel_fd)
+    close_all_but(start_fd, channel_fd)
     with open(start_fd, "rb") as pipe:
         text = pipe.read()
     if not text:  # the judge ended without a worker
         return 0
     spec: dict[str, Any] = json.loads(text)
-    os.setsid()  # a session of its own, as a started worker's (start_new_session)
-    null = os.open(os.devnull, os.O_RDONLY)
-    log = os.open(spec["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(null)
-    os.close(log)
-    # Unbuffered, as PYTHONUNBUFFERED (worker_env) makes a started worker's: a killed
-    # worker's last words are in its log.
-    for name in ("stdout", "stderr"):
-        stream = io.TextIOWrapper(io.FileIO(1 if name == "stdout" else 2, "w", closefd=False),
-                                  encoding="utf-8", errors="backslashreplace",
-                                  write_through=True)
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
-    os.chdir(spec["cwd"])
-    os.environ.clear()
-    os.environ.update(spec["env"])
-    tempfile.tempdir = None  # the judge's was found before HOME and TMPDIR changed
+    take_over(spec["log"], spec["cwd"], spec["env"])
     # The judge's package (empty, imported to reach its entry) is no worker module.
     if spec["role"] == "worker":
         for name in [m for m in sys.modules if m == "krung.judge" or m.startswith("krung.judge.")]:
@@ -219,7 +216,33 @@ def _become_worker(start_fd: int, channel_fd: int) -> int:
     return 0
 
 
-def _close_all_but(*kept: int) -> None:
+def take_over(log: str, cwd: str, env: dict[str, str]) -> None:
+    """Make this forked process what `subprocess` would have started: a session of its own
+    (start_new_session), stdin from /dev/null, stdout and stderr to `log`, in `cwd` with
+    `env`."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(null)
+    os.close(out)
+    # Unbuffered, as PYTHONUNBUFFERED makes a started process's: a killed process's last
+    # words are in its log.
+    for name in ("stdout", "stderr"):
+        stream = io.TextIOWrapper(io.FileIO(1 if name == "stdout" else 2, "w", closefd=False),
+                                  encoding="utf-8", errors="backslashreplace",
+                                  write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None  # the parent's was found before HOME and TMPDIR changed
+
+
+def close_all_but(*kept: int) -> None:
     """Close every descriptor the judge had but stdin, stdout, stderr and `kept`: the
     judge's channel to its caller above all, whose end must close when the judge dies."""
     low = 3

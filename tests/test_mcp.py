@@ -36,9 +36,9 @@ def kernel(x):
 
 
 def environment(store: Path) -> dict[str, str]:
-    src = str(Path(krung.__file__).resolve().parent.parent)
-    path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "KRUNG_STORE": str(store), "KRUNG_DEVICE": "cpu", "PYTHONPATH": path}
+    """The server imports the krung these tests do: with their environment, PYTHONPATH as
+    it is (a path added would also start every judge cold: krung.judge.forks)."""
+    return {**os.environ, "KRUNG_STORE": str(store), "KRUNG_DEVICE": "cpu"}
 
 
 @asynccontextmanager

@@ -499,10 +499,12 @@ def main() -> None:
             cuda_as_cpu(root)
         versions, store = Path(scratch) / "versions", Path(scratch) / "store" / "krung.db"
         levels = [f"level{n}" for n in args.levels.split(",") if n.strip() not in ("", "0")]
-        jobs = kernelbench_jobs(root, levels, versions, args.wrong) if levels else []
-        if args.gpumode != "none":
-            jobs += [j for j in gpumode_jobs(root, versions, args.wrong)
-                     if args.gpumode == "all" or re.search(args.gpumode, j.problem)]
+        # GPU MODE first: its problems are the most varied, so a long run meets krung's bugs early
+        jobs = [] if args.gpumode == "none" else [
+            j for j in gpumode_jobs(root, versions, args.wrong)
+            if args.gpumode == "all" or re.search(args.gpumode, j.problem)]
+        if levels:
+            jobs += kernelbench_jobs(root, levels, versions, args.wrong)
         jobs = [j for j in jobs if re.search(args.only, j.problem)]
         if args.limit:
             jobs = jobs[:args.limit]

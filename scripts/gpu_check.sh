@@ -103,7 +103,7 @@ PY
     resume=""
     if [ -f .gpu/sets.json ]; then cp .gpu/sets.json "$OUT/sets.json"; resume=--resume; fi
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
-      --jobs "${JOBS:-2}" --timeout 300 --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
+      --jobs "${JOBS:-2}" --timeout "${TIMEOUT:-300}" --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
       --stop-after "${STOP_AFTER:-420}" $resume ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
   *) echo "unknown part $part: gate, ladder, verify, formats, inspect, dsls, bench, latency, suite or sets" >&2; exit 2 ;;
 esac

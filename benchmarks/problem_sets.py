@@ -479,6 +479,12 @@ def main() -> None:
     running.add_argument("--stop-after", type=float, default=0,
                          help="seconds after which no job starts (0: none); --resume goes on")
     running.add_argument("--markdown", type=Path, default=None)
+    table = commands.add_parser("table", help="the markdown table of a run's JSON (a "
+                                "partial one too: a run over several calls)")
+    table.add_argument("json", type=Path)
+    table.add_argument("--device", default="cuda")
+    table.add_argument("--scale", type=float, default=1.0)
+    table.add_argument("--rungs", default=DEFAULT_RUNGS)
     checking = commands.add_parser("kbcheck", help="KernelBench's own check, one problem")
     checking.add_argument("path", type=Path)
     checking.add_argument("--scale", type=float, default=1.0)
@@ -487,6 +493,10 @@ def main() -> None:
 
     if args.command == "pack":
         pack(args.kernelbench, args.gpumode, args.output)
+        return
+    if args.command == "table":
+        args.service, args.kernelbench_check = True, "failed"
+        print(markdown([Row(**row) for row in json.loads(args.json.read_text())], args), end="")
         return
     if args.command == "kbcheck":
         print(json.dumps(kernelbench_check(args.path, args.scale, args.device)))

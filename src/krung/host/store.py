@@ -264,6 +264,13 @@ class Store:
             (problem, solution, problem_path, problem_path)).fetchone()
         return row["run_id"] if row else None
 
+    def recent_envs(self, problem_path: str, limit: int = 5) -> list[dict[str, Any]]:
+        """The recorded environments (the measured peaks among them) of the newest runs from
+        this problem path, newest first."""
+        return [json.loads(r[0]) for r in self._db.execute(
+            "SELECT env FROM runs WHERE problem_path=? ORDER BY started_at DESC, rowid DESC "
+            "LIMIT ?", (problem_path, limit))]
+
     def children(self, run_id: str) -> list[str]:
         """The ids of the runs that name this one as their parent, oldest first."""
         return [r[0] for r in self._db.execute(

@@ -7,12 +7,15 @@ only that GPU (CUDA_VISIBLE_DEVICES); without GPUs, several slots share the core
 (OMP_NUM_THREADS, `cpu_share`). Several slots may share a GPU (`per_gpu`, or `workers`
 without `gpus`): the rungs that measure take the GPU for themselves (krung.judge.gpu_lock),
 so two benchmarks never overlap, and the next versions' start, compile and correctness run
-meanwhile. A job sharing its GPU that failed as running out of memory does (a dead worker
-included) runs again at the end, alone on its GPU.
+meanwhile. Sharing a GPU, a job starts only where its problem's device memory fits beside the
+jobs at work there (krung.host.scale.gpu_memory: what the problem's runs measured); one that
+failed as running out of memory does (a dead worker included) runs again at the end, alone on
+its GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -21,10 +24,20 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
 
 from krung.host import service
 from krung.host.evaluate import evaluate
 from krung.host.scale import Job, Outcome, Running
+from krung.host.scale.gpu_memory import (
+    GpuMemory,
+    declared_needs_mib,
+    gpu_memory_mib,
+    measured_need_mib,
+)
+from krung.host.store import Store
+from krung.judge.problem import KERNELBENCH, detect_format, find_problem
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
 
@@ -44,6 +57,7 @@ class LocalExecutor:
         self.per_gpu = per_gpu
         self.slots = len(self.gpus) * per_gpu if self.gpus else workers
         self._running: dict[int, Running] = {}  # by the slot thread's id
+        self._memory: GpuMemory | None = None
 
     def running(self) -> list[Running]:
         return sorted(self._running.copy().values(), key=lambda r: r.since)
@@ -62,6 +76,9 @@ class LocalExecutor:
         # the next job. Warming up takes a core while the slots work: where there are too few
         # (a small CPU machine) a service is used if one runs, not started (unless asked: on).
         judges = self.slots // len(envs) + 1
+        sizes = gpu_memory_mib(self.gpus) if self.gpus and self.per_gpu > 1 else {}
+        if sizes:  # jobs share a GPU whose memory nvidia-smi told
+            self._memory = GpuMemory(sizes, self.per_gpu, problem_needs(settings, jobs))
         spare_cores = (os.cpu_count() or 1) >= 2 * self.slots + 2
         warm = service.serving(settings, pool=judges, kinds=kinds, start_one=spare_cores)
         with warm, ThreadPoolExecutor(max_workers=self.slots,
@@ -98,15 +115,64 @@ class LocalExecutor:
             self._running[me].at = f"[{rung}] {message}"
 
         try:
-            run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
-                           seed=job.seed, precision=job.precision, settings=settings, env=env,
-                           on_progress=progress)
+            with self._memory_for(job, env.get("CUDA_VISIBLE_DEVICES"), me):
+                run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
+                               seed=job.seed, precision=job.precision, settings=settings,
+                               env=env, on_progress=progress)
+            if self._memory is not None:
+                self._memory.learn(problem_key(job), run.env)
             return Outcome(job, run=run)
         except KrungError as exc:  # this job cannot run (its file is missing, say); the rest can
             return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
         finally:
             self._running.pop(me, None)
             slots.put(env)
+
+
+    def _memory_for(self, job: Job, gpu: str | None, me: int) -> Any:
+        """The job's share of its GPU's memory, held while it runs (nothing to hold where the
+        GPU is not shared, or nvidia-smi gave no size)."""
+        if self._memory is None or gpu not in self._memory.total:
+            return contextlib.nullcontext()
+
+        def waiting() -> None:
+            self._running[me].at = "waiting for GPU memory beside the jobs at work"
+
+        return self._memory.taken(gpu, problem_key(job), waiting)
+
+
+def problem_key(job: Job) -> str:
+    """The problem's path as the store records it (the job's own text where it names none)."""
+    try:
+        return str(find_problem(job.problem))
+    except KrungError:
+        return job.problem
+
+
+def problem_needs(settings: Settings, jobs: list[Job]) -> dict[str, float]:
+    """Each job's problem's device memory: as its recent runs in the store measured it (the
+    most of them), else from its declared bytes, where either can be told."""
+    needs: dict[str, float] = {}
+    keys = {problem_key(job) for job in jobs}
+    if settings.store.exists():
+        needs.update(_measured(settings, keys))
+    unmeasured = sorted(k for k in keys - needs.keys()
+                        if Path(k).is_file() and detect_format(Path(k)) == KERNELBENCH)
+    return {**declared_needs_mib(unmeasured), **needs}
+
+
+def _measured(settings: Settings, keys: set[str]) -> dict[str, float]:
+    needs = {}
+    store = Store(settings.store)
+    try:
+        for key in keys:
+            measured = [n for env in store.recent_envs(key)
+                        if (n := measured_need_mib(env)) is not None]
+            if measured:
+                needs[key] = max(measured)
+    finally:
+        store.close()
+    return needs
 
 
 def cpu_share(slots: int) -> int | None:

@@ -1,0 +1,115 @@
+"""How much of a GPU the evaluations sharing it take: a slot starts its job only where the
+device memory the job's problem needs fits beside the jobs at work on that GPU.
+
+At declared sizes a KernelBench elementwise problem holds about 19 GiB of the GPU (its 6.4 GB
+input, the reference's output and the version's, between judge and worker) where a matmul
+holds 1.5: a fixed number of jobs per GPU runs four of the first out of memory, or leaves the
+GPU idle beside the second. A problem's need is what its runs measured (the judge's and the
+worker's device peaks, recorded in the store, the larger of the last few), plus their two CUDA
+contexts; a problem not yet measured, twice its declared bytes (a KernelBench problem's inputs,
+weights and outputs, described on torch's meta device: krung.judge.problem.footprint), and one
+slot's share of the GPU where neither is known, as before; a run teaches the rest. A job that needs more than the GPU holds still
+runs, alone on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+CONTEXTS_MIB = 2 * 600.0  # the judge's and the worker's CUDA contexts, outside torch's peaks
+DECLARED_FACTOR = 2.0  # device bytes per declared byte: inputs and outputs in judge and worker
+HEADROOM = 0.92  # of the GPU's memory: the driver, other users, fragmentation
+
+
+def measured_need_mib(env: dict[str, Any]) -> float | None:
+    """A run's device memory: the judge's and the worker's peaks and their contexts (None
+    where the run measured none: a CPU run, or one that ended before its worker reported)."""
+    peaks = [env.get("judge_device_peak_mib"), env.get("worker_device_peak_mib")]
+    if not any(isinstance(p, (int, float)) for p in peaks):
+        return None
+    return sum(p for p in peaks if isinstance(p, (int, float))) + CONTEXTS_MIB
+
+
+class GpuMemory:
+    """The device memory of each GPU, shared out among the jobs at work on it."""
+
+    def __init__(self, total_mib: dict[str, float], per_gpu: int,
+                 needs: dict[str, float] | None = None):
+        self.total = {gpu: total * HEADROOM for gpu, total in total_mib.items()}
+        self.per_gpu = per_gpu
+        self.needs = dict(needs or {})  # by problem path
+        self._taken: dict[str, list[float]] = {gpu: [] for gpu in total_mib}
+        self._changed = threading.Condition()
+
+    def need(self, gpu: str, problem: str) -> float:
+        known = self.needs.get(problem)
+        return known if known is not None else self.total[gpu] / self.per_gpu
+
+    def fits(self, gpu: str, need: float) -> bool:
+        taken = self._taken[gpu]
+        return not taken or sum(taken) + need <= self.total[gpu]
+
+    @contextlib.contextmanager
+    def taken(self, gpu: str, problem: str, waiting: Any = lambda: None) -> Iterator[None]:
+        """Hold the problem's need of `gpu` inside the block, once it fits beside the rest
+        (`waiting` is called once if it must wait)."""
+        with self._changed:
+            need = self.need(gpu, problem)
+            if not self.fits(gpu, need):
+                waiting()
+                self._changed.wait_for(lambda: self.fits(gpu, need))
+            self._taken[gpu].append(need)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._taken[gpu].remove(need)
+                self._changed.notify_all()
+
+    def learn(self, problem: str, env: dict[str, Any]) -> None:
+        """What a finished run of `problem` measured: its need from now on (the larger of
+        what was known and what this run took)."""
+        need = measured_need_mib(env)
+        if need is not None:
+            with self._changed:
+                self.needs[problem] = max(need, self.needs.get(problem, 0.0))
+
+
+def declared_needs_mib(problem_paths: list[str]) -> dict[str, float]:
+    """Each problem's need from its declared bytes (krung.judge.problem.footprint, in a
+    process of its own: the caller stays without torch), where they can be told: twice the
+    bytes (the judge's inputs and reference outputs, the worker's inputs and outputs) and
+    the two contexts."""
+    if not problem_paths:
+        return {}
+    try:
+        done = subprocess.run([sys.executable, "-m", "krung.judge.problem.footprint",
+                               *problem_paths], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+        sizes = json.loads(done.stdout or "{}")
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        return {}
+    return {path: DECLARED_FACTOR * size / 2**20 + CONTEXTS_MIB for path, size in sizes.items()}
+
+
+def gpu_memory_mib(gpus: list[str]) -> dict[str, float]:
+    """Each listed GPU's memory in MiB as nvidia-smi gives it (empty where it gives none)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total",
+                               "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    sizes = {}
+    for line in done.stdout.splitlines():
+        index, _, total = (part.strip() for part in line.partition(","))
+        if index in gpus and total.replace(".", "", 1).isdigit():
+            sizes[index] = float(total)
+    return sizes

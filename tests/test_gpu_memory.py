@@ -1,0 +1,141 @@
+"""A GPU shared by a suite's slots: jobs start only where their problem's memory fits beside
+the jobs at work (krung.host.scale.gpu_memory), the needs told by the problem's declared bytes
+(krung.judge.problem.footprint) or by what its runs measured (the store)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from krung.host.scale import Job
+from krung.host.scale.gpu_memory import CONTEXTS_MIB, GpuMemory, declared_needs_mib
+from krung.host.scale.local import problem_needs
+from krung.host.store import Store
+from krung.judge.problem.footprint import declared_bytes
+from krung.protocol.results import Run
+from krung.protocol.settings import Settings
+
+KERNELBENCH_PROBLEM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, {out_features})
+
+    def forward(self, x, y):
+        return self.linear(x) + y.sum()
+
+batch = {batch}
+features = {features}
+
+def get_inputs():
+    return [torch.rand(batch, features), torch.rand({extra})]
+
+def get_init_inputs():
+    return [features]
+"""
+
+
+def kernelbench_problem(tmp_path: Path, name: str, rng: random.Random) -> tuple[Path, int]:
+    """A problem of random sizes, and its bytes worked out by hand: inputs, weights, output."""
+    batch, features, out, extra = (rng.randint(2, 900) for _ in range(4))
+    path = tmp_path / f"{name}.py"
+    path.write_text(KERNELBENCH_PROBLEM.format(batch=batch, features=features,
+                                               out_features=out, extra=extra))
+    inputs = 4 * (batch * features + extra)
+    weights = 4 * (features * out + out)
+    return path, inputs + weights + 4 * batch * out
+
+
+def test_a_kernelbench_problems_declared_bytes_are_told_without_allocating_them(tmp_path):
+    rng = random.Random()
+    path, expected = kernelbench_problem(tmp_path, "linear", rng)
+    assert declared_bytes(path) == expected
+    # As declared, 96 GiB of input: described on the meta device, never drawn.
+    huge = tmp_path / "huge.py"
+    huge.write_text(KERNELBENCH_PROBLEM.format(batch=1 << 17, features=1 << 16,
+                                               out_features=4, extra=3))
+    assert declared_bytes(huge) > 32 << 30
+    # Another format, or a get_inputs() the meta device cannot run, is not told.
+    (tmp_path / "native").mkdir()
+    assert declared_bytes(tmp_path / "native") is None
+    cpu_only = tmp_path / "cpu_only.py"
+    cpu_only.write_text(KERNELBENCH_PROBLEM.format(batch=4, features=8, out_features=2,
+                                                   extra=3)
+                        .replace("torch.rand(batch, features)",
+                                 "torch.rand(batch, features, device='cpu')"))
+    assert declared_bytes(cpu_only) is None
+    # The suite's own process asks a process of its own (it does not import torch).
+    needs = declared_needs_mib([str(path), str(cpu_only)])
+    assert list(needs) == [str(path)]
+    assert needs[str(path)] == pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)
+
+
+def test_jobs_start_where_their_memory_fits_beside_the_jobs_at_work():
+    total = random.uniform(60_000, 140_000)
+    big, small = "big.py", "small.py"
+    memory = GpuMemory({"0": total}, per_gpu=3,
+                       needs={big: 0.6 * total, small: 0.1 * total})
+    assert memory.need("0", "unknown.py") == pytest.approx(memory.total["0"] / 3)
+    started, waited = [], []
+
+    def job(problem: str, hold: float) -> None:
+        with memory.taken("0", problem, waiting=lambda: waited.append(problem)):
+            started.append((problem, time.monotonic()))
+            time.sleep(hold)
+
+    first = threading.Thread(target=job, args=(big, 0.5))
+    first.start()
+    while not started:
+        time.sleep(0.01)
+    # A second big one waits for the first; a small one fits beside it and starts at once.
+    second = threading.Thread(target=job, args=(big, 0.0))
+    third = threading.Thread(target=job, args=(small, 0.0))
+    second.start()
+    third.start()
+    for thread in (first, second, third):
+        thread.join(5)
+    assert waited == [big]
+    order = [problem for problem, _ in sorted(started, key=lambda s: s[1])]
+    assert order == [big, small, big]
+    assert memory.fits("0", 0.99 * memory.total["0"])  # all given back
+    # More than the GPU holds still runs, alone.
+    with memory.taken("0", "whole.py"):
+        pass
+    memory.needs["whole.py"] = 2 * total
+    with memory.taken("0", "whole.py"):
+        assert not memory.fits("0", 1.0)
+
+
+def test_a_problems_need_is_what_its_runs_measured_else_its_declared_bytes(tmp_path):
+    rng = random.Random()
+    measured_path, _ = kernelbench_problem(tmp_path, "measured", rng)
+    declared_path, expected = kernelbench_problem(tmp_path, "declared", rng)
+    store_path = tmp_path / "krung.db"
+    store = Store(store_path)
+    judge, worker = rng.uniform(100, 20_000), rng.uniform(100, 20_000)
+    for peaks in ({"judge_device_peak_mib": judge, "worker_device_peak_mib": worker},
+                  {"judge_device_peak_mib": judge / 2, "worker_device_peak_mib": worker / 3},
+                  {}):  # a CPU run measures none
+        run = Run(run_id="", problem="measured", problem_path=str(measured_path),
+                  solution="v.py", source_sha256="0" * 64, source="", seed=1, env=peaks)
+        store.begin(run, ["static"])
+        store.finish(run)
+    store.close()
+    settings = Settings.from_env().replace(store=store_path)
+    jobs = [Job(str(measured_path), "v.py"), Job(str(declared_path), "v.py"),
+            Job(str(tmp_path / "missing.py"), "v.py")]
+    needs = problem_needs(settings, jobs)
+    assert needs == {
+        str(measured_path): pytest.approx(judge + worker + CONTEXTS_MIB),
+        str(declared_path): pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)}
+    memory = GpuMemory({"0": 80_000.0}, per_gpu=2, needs=needs)
+    memory.learn(str(declared_path), {"judge_device_peak_mib": 1.0e5,
+                                      "worker_device_peak_mib": 1.0})
+    assert memory.needs[str(declared_path)] == pytest.approx(1.0e5 + 1.0 + CONTEXTS_MIB)

@@ -328,7 +328,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         # Each round's sets are made when it starts, the last round's data freed first: at
         # KernelBench's declared sizes a set reaches 8 GiB, and two rounds' sets and outputs
         # at once ran the H200 out of memory with two problems on it.
-        sets = expected = seen = []
+        sets = expected = []
         reply = None  # the last round's timed outputs too
         sets = [first if round_index == n == 0 else
                 ctx.make_inputs(case, ctx.seed_for("benchmark", index, round_index, n))
@@ -348,7 +348,8 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         reply = ctx.ask(request, what, ctx.settings.bench_timeout_s, limit)
         wall_s = time.perf_counter() - asked
         check_conduct(reply, what, set())
-        seen = _as_changed(ctx, sets, reply, changes, what) if changes else sets
+        if changes:
+            _apply_changes(sets, reply, changes, what)
         mine.append(clock.samples_of(reply["samples"], what))
         clock.check_batch(mine[-1], wall_s, round_plan, what)
         judge_s += wall_s if round_index else 0.0  # the first has transfers and autotuning
@@ -366,9 +367,8 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
                 else:
                     compiled_samples.append(timed)
         if changes:  # the reference on each set as its last timed call saw it
-            expected = []
-            expected = [ctx.expected(inputs) for inputs in seen]
-        _check_timed_outputs(ctx, reply, seen, expected, f"{label}, round {round_index + 1}")
+            expected = [ctx.expected(inputs) for inputs in sets]
+        _check_timed_outputs(ctx, reply, sets, expected, f"{label}, round {round_index + 1}")
 
     device_us = [t for s in mine for t in s.device_us]
     host_us = [t for s in mine for t in s.host_us]
@@ -481,14 +481,13 @@ def _changes(ctx: Context, sets: list, seed: int) -> dict[str, Any] | None:
     return {"leaves": leaves, "elements": CHANGED_ELEMENTS, "seed": seed}
 
 
-def _as_changed(ctx: Context, sets: list, reply: dict[str, Any], changes: dict[str, Any],
-                what: str) -> list:
-    """The input sets with the last change the worker made to each applied, in place: a
-    round's sets serve only its timings and checks after this, and a copy would double what
-    the judge holds (a 16 GiB input at KernelBench's declared sizes: 45_Average_Pooling_2D
-    ran out of an 80 GB GPU's memory there)."""
+def _apply_changes(sets: list, reply: dict[str, Any], changes: dict[str, Any],
+                   what: str) -> None:
+    """Apply the last change the worker made to each input set, in place: a round's sets
+    serve only its timings and checks after this, and a copy would double what the judge
+    holds (a 16 GiB input at KernelBench's declared sizes: 45_Average_Pooling_2D ran out of
+    an 80 GB GPU's memory there)."""
     reported = reply.get("changed") or []
-    seen = []
     for inputs, chosen, changed in itertools.zip_longest(sets, changes["leaves"], reported):
         leaves = tree.leaves(inputs)
         if changed is None or sorted(c["leaf"] for c in changed) != sorted(chosen) or any(
@@ -502,8 +501,6 @@ def _as_changed(ctx: Context, sets: list, reply: dict[str, Any], changes: dict[s
             leaf = leaves[c["leaf"]]
             where = tree.unravel(c["positions"].to(leaf.device), leaf.shape)
             leaf.index_put_(where, c["values"].to(leaf.device, leaf.dtype))
-        seen.append(inputs)
-    return seen
 
 
 def _input_sets(ctx: Context, first: tuple) -> int:

@@ -110,7 +110,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
     old.executescript(SCHEMA_1)
     old.close()
     store = Store(path)
-    assert store._version() == 3
+    assert store._version() == 4
     back = store.get("0ld1d")
     assert back.parent is None and back.rungs[0].figures == {"lines": 2} and back.ok
     run = make_run(solution="/v.py")
@@ -120,7 +120,48 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
     assert store.get(run.run_id).parent == "0ld1d"
     assert store.children("0ld1d") == [run.run_id]
     store.close()
-    assert Store(path)._version() == 3  # a second open has nothing to do
+    assert Store(path)._version() == 4  # a second open has nothing to do
+
+
+def _recent_envs_plan(store: Store, problem_path: str) -> str:
+    """How SQLite runs the query recent_envs sends (caught as sent, its values in place)."""
+    sent: list[str] = []
+    store._db.set_trace_callback(sent.append)
+    store.recent_envs(problem_path)
+    store._db.set_trace_callback(None)
+    return " ".join(row[-1] for row in store._db.execute(f"EXPLAIN QUERY PLAN {sent[-1]}"))
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_an_older_store_finds_a_problems_newest_runs_by_an_index(tmp_path, version):
+    """A suite asks for each problem's newest runs before its first job: on an older store
+    too, SQLite finds them by the index of runs by problem path, not by a scan."""
+    import random
+    import sqlite3
+
+    from krung.host.store import _MIGRATIONS
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA_1)
+    for step in range(2, version + 1):
+        for statement in _MIGRATIONS[step]:
+            old.execute(statement)
+    old.execute(f"PRAGMA user_version={version}")
+    old.close()
+    store = Store(path)
+    assert "USING INDEX runs_by_problem_path" in _recent_envs_plan(store, "/p")
+    rng = random.Random()
+    written: dict[str, list[float]] = {"/p": [], "/q": []}
+    for _ in range(rng.randint(8, 16)):  # most in one second: the order written breaks ties
+        run = make_run(path=rng.choice(list(written)))
+        run.env = {"worker_device_peak_mib": rng.uniform(1, 80_000)}
+        store.begin(run, [])
+        store.update_env(run)
+        store.finish(run)
+        written[run.problem_path].append(run.env["worker_device_peak_mib"])
+    newest = [env.get("worker_device_peak_mib") for env in store.recent_envs("/p", limit=3)]
+    assert newest == [*written["/p"][::-1], None][:3]  # then the old store's run, with none
 
 
 def _open_old_store(path: str) -> None:

@@ -21,7 +21,7 @@ from krung.judge.rungs.roofline.calibration import CALIBRATION_KEY
 from krung.protocol.errors import UsageError
 from krung.protocol.results import Run, RungResult, dumps
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 1: runs and their rungs.
 _SCHEMA_1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -75,6 +75,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     files TEXT NOT NULL,
     pinned_at TEXT NOT NULL
 )""",
+    ),
+    # A problem's newest runs by its path (recent_envs: a suite asks for each of its problems
+    # before the first job, and a scan of a large store takes seconds for each).
+    4: (
+        "CREATE INDEX IF NOT EXISTS runs_by_problem_path ON runs (problem_path, started_at)",
     ),
 }
 

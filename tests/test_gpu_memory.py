@@ -15,7 +15,7 @@ from krung.host.scale import Job
 from krung.host.scale.gpu_memory import CONTEXTS_MIB, GpuMemory, declared_needs_mib
 from krung.host.scale.local import problem_needs
 from krung.host.store import Store
-from krung.judge.problem.footprint import declared_bytes
+from krung.judge.problem.footprint import DESCRIBE_S, declared_bytes
 from krung.protocol.results import Run
 from krung.protocol.settings import Settings
 
@@ -75,6 +75,41 @@ def test_a_kernelbench_problems_declared_bytes_are_told_without_allocating_them(
     needs = declared_needs_mib([str(path), str(cpu_only)])
     assert list(needs) == [str(path)]
     assert needs[str(path)] == pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)
+
+
+def test_a_problem_that_prints_or_takes_too_long_spoils_no_other_estimate(tmp_path):
+    """The problems' own prints go to stderr (one even says `{` without a newline), and one
+    whose import sleeps past the limit on a description is left out: the rest are told."""
+    rng = random.Random()
+    first, first_bytes = kernelbench_problem(tmp_path, "first", rng)
+    talker, talker_bytes = kernelbench_problem(tmp_path, "talker", rng)
+    source = talker.read_text().replace("class Model", 'print("importing")\nclass Model')
+    source = source.replace("        return self.linear(x)",
+                            '        print("{", end="")\n        return self.linear(x)')
+    talker.write_text(source.replace("def get_inputs():\n",
+                                     "def get_inputs():\n    print(123)\n"))
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text(f"import time\ntime.sleep({10 * DESCRIBE_S})\n"
+                       + first.read_text())
+    last, last_bytes = kernelbench_problem(tmp_path, "last", rng)
+    start = time.monotonic()
+    needs = declared_needs_mib([str(p) for p in (first, talker, sleeper, last)])
+    assert time.monotonic() - start < 5 * DESCRIBE_S
+    assert needs == {str(path): pytest.approx(2 * size / 2**20 + CONTEXTS_MIB)
+                     for path, size in ((first, first_bytes), (talker, talker_bytes),
+                                        (last, last_bytes))}
+
+
+def test_a_batch_that_runs_out_of_time_keeps_the_problems_told_before(tmp_path):
+    """A problem that swallows the limit on its description holds the batch up until its
+    time is out: the problem told before it keeps its estimate."""
+    first, first_bytes = kernelbench_problem(tmp_path, "first", random.Random())
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text("import time\nwhile True:\n    try:\n        time.sleep(60)\n"
+                        "    except BaseException:\n        pass\n")
+    # The first is told in about 4 s (torch's import most of it), twice that on a busy machine.
+    needs = declared_needs_mib([str(first), str(stubborn)], timeout_s=12)
+    assert needs == {str(first): pytest.approx(2 * first_bytes / 2**20 + CONTEXTS_MIB)}
 
 
 def test_jobs_start_where_their_memory_fits_beside_the_jobs_at_work():

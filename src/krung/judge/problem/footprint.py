@@ -3,10 +3,13 @@
 nothing (KernelBench's 6.4 GB inputs are described in microseconds). A suite sharing a GPU
 schedules a problem it has not run before by these (krung.host.scale.gpu_memory).
 
-    python -m krung.judge.problem.footprint PROBLEM...   one JSON object: {path: bytes}
+    python -m krung.judge.problem.footprint PROBLEM...   a JSON line each: {"path", "bytes"}
 
-A problem in another format, or whose code the meta device cannot run (a CPU-only call, an
-explicit device), is left out: its need is not known before it runs.
+Each problem's line is printed as soon as it is told (the problems' own prints go to stderr),
+so a caller that stops waiting keeps the lines it has. A problem in another format, whose code
+the meta device cannot run (a CPU-only call, an explicit device), or whose description takes
+longer than DESCRIBE_S (an import that downloads weights, say) is left out: its need is not
+known before it runs.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from krung.judge.problem import KERNELBENCH, detect_format
 from krung.judge.problem.native import import_problem_file
 from krung.protocol import tree
 
+DESCRIBE_S = 5.0  # one problem's import, get_inputs() and Model(...): a suite waits for all
 FORWARD_S = 1.0  # a recurrent forward steps through its sequence op by op, even on meta
 
 
@@ -37,18 +41,20 @@ def declared_bytes(path: Path) -> int | None:
         return None
     _warm_meta()
     try:
-        module = import_problem_file(path, f"krung_footprint_{path.stem}", path)
-        with torch.device("meta"), torch.no_grad():
-            inputs = module.get_inputs()
-            model = module.Model(*module.get_init_inputs())
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON lines
+            with _at_most(DESCRIBE_S):
+                module = import_problem_file(path, f"krung_footprint_{path.stem}", path)
+                with torch.device("meta"), torch.no_grad():
+                    inputs = module.get_inputs()
+                    model = module.Model(*module.get_init_inputs())
             weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
             read = tree.nbytes(inputs)
             try:
-                with _at_most(FORWARD_S):
+                with _at_most(FORWARD_S), torch.device("meta"), torch.no_grad():
                     written = tree.nbytes(model(*inputs))
             except Exception:  # an op without a meta kernel, or a slow one: as large as read
                 written = read
-    except Exception:
+    except Exception:  # TimeoutError included
         return None
     if any(t.device.type != "meta" for t in tree.leaves(inputs)):
         return None  # drawn somewhere else after all: not a description
@@ -81,13 +87,11 @@ def _at_most(seconds: float) -> Iterator[None]:
 
 
 def main(paths: list[str]) -> None:
-    warnings.simplefilter("ignore")  # the problems' own warnings: this prints one JSON line
-    sizes = {}
+    warnings.simplefilter("ignore")  # the problems' own warnings: nothing a caller reads
     for path in paths:
         size = declared_bytes(Path(path))
         if size is not None:
-            sizes[path] = size
-    print(json.dumps(sizes))
+            print(json.dumps({"path": path, "bytes": size}), flush=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from krung.host.scale import Job
-from krung.host.scale.gpu_memory import CONTEXTS_MIB, GpuMemory, declared_needs_mib
+from krung.host.scale.gpu_memory import (
+    CONTEXTS_MIB,
+    HEADROOM,
+    GpuMemory,
+    declared_needs_mib,
+)
 from krung.host.scale.local import problem_needs
 from krung.host.store import Store
 from krung.judge.problem.footprint import DESCRIBE_S, declared_bytes
@@ -77,6 +82,54 @@ def test_a_kernelbench_problems_declared_bytes_are_told_without_allocating_them(
     assert needs[str(path)] == pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)
 
 
+class Jobs:
+    """Jobs on threads, each taking a GPU of `memory` and holding it until let go."""
+
+    def __init__(self, memory: GpuMemory):
+        self.memory = memory
+        self.on: dict[str, str] = {}  # the GPU each job started on, by name
+        self.waited: list[str] = []
+        self._go: dict[str, threading.Event] = {}
+        self._threads: list[threading.Thread] = []
+        self._changed = threading.Condition()
+
+    def start(self, name: str, problem: str) -> None:
+        self._go[name] = threading.Event()
+
+        def run() -> None:
+            with self.memory.taken(problem, waiting=lambda: self.waited.append(name)) as gpu:
+                with self._changed:
+                    self.on[name] = gpu
+                    self._changed.notify_all()
+                self._go[name].wait(30)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        self._threads.append(thread)
+
+    def started(self, *names: str) -> dict[str, str]:
+        with self._changed:
+            assert self._changed.wait_for(lambda: set(names) <= set(self.on), 10), self.on
+        return {name: self.on[name] for name in names}
+
+    def let_go(self, name: str) -> None:
+        self._go[name].set()
+
+    def join(self) -> None:
+        for name in self._go:
+            self.let_go(name)
+        for thread in self._threads:
+            thread.join(10)
+            assert not thread.is_alive()
+
+
+def until(condition, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
 def test_a_problem_that_prints_or_takes_too_long_spoils_no_other_estimate(tmp_path):
     """The problems' own prints go to stderr (one even says `{` without a newline), and one
     whose import sleeps past the limit on a description is left out: the rest are told."""
@@ -112,40 +165,120 @@ def test_a_batch_that_runs_out_of_time_keeps_the_problems_told_before(tmp_path):
     assert needs == {str(first): pytest.approx(2 * first_bytes / 2**20 + CONTEXTS_MIB)}
 
 
-def test_jobs_start_where_their_memory_fits_beside_the_jobs_at_work():
+def test_a_small_job_starts_beside_a_big_one_that_waits_on_one_gpu():
     total = random.uniform(60_000, 140_000)
     big, small = "big.py", "small.py"
     memory = GpuMemory({"0": total}, per_gpu=3,
-                       needs={big: 0.6 * total, small: 0.1 * total})
+                       needs={big: random.uniform(0.51, 0.9) * total * HEADROOM,
+                              small: random.uniform(0.01, 0.09) * total * HEADROOM})
     assert memory.need("0", "unknown.py") == pytest.approx(memory.total["0"] / 3)
-    started, waited = [], []
-
-    def job(problem: str, hold: float) -> None:
-        with memory.taken("0", problem, waiting=lambda: waited.append(problem)):
-            started.append((problem, time.monotonic()))
-            time.sleep(hold)
-
-    first = threading.Thread(target=job, args=(big, 0.5))
-    first.start()
-    while not started:
-        time.sleep(0.01)
+    jobs = Jobs(memory)
+    jobs.start("big1", big)
+    jobs.started("big1")
     # A second big one waits for the first; a small one fits beside it and starts at once.
-    second = threading.Thread(target=job, args=(big, 0.0))
-    third = threading.Thread(target=job, args=(small, 0.0))
-    second.start()
-    third.start()
-    for thread in (first, second, third):
-        thread.join(5)
-    assert waited == [big]
-    order = [problem for problem, _ in sorted(started, key=lambda s: s[1])]
-    assert order == [big, small, big]
-    assert memory.fits("0", 0.99 * memory.total["0"])  # all given back
-    # More than the GPU holds still runs, alone.
-    with memory.taken("0", "whole.py"):
-        pass
-    memory.needs["whole.py"] = 2 * total
-    with memory.taken("0", "whole.py"):
-        assert not memory.fits("0", 1.0)
+    jobs.start("big2", big)
+    until(lambda: jobs.waited == ["big2"])
+    jobs.start("small", small)
+    assert jobs.started("small") == {"small": "0"} and "big2" not in jobs.on
+    jobs.let_go("big1")
+    assert jobs.started("big2") == {"big2": "0"}
+    jobs.join()
+    assert jobs.waited == ["big2"]
+    assert memory.free("0") == pytest.approx(memory.total["0"])  # all given back
+
+
+def test_a_job_takes_a_gpu_with_a_free_slot_and_room_the_most_free_first():
+    """Two GPUs of random sizes, two slots each, a big job on each: a third big one waits,
+    while small ones start beside them, the first where most is free, the next where a
+    slot is left; the waiting one takes the GPU that makes room for it."""
+    sizes = {"0": random.uniform(40_000, 140_000)}
+    sizes["1"] = sizes["0"] * random.choice([random.uniform(0.5, 0.95), random.uniform(1.05, 2)])
+    larger, smaller = sorted(sizes, key=sizes.get, reverse=True)
+    memory = GpuMemory(sizes, per_gpu=2)
+    least = memory.total[smaller]
+    memory.needs = {"for larger.py": 0.8 * memory.total[larger], "for smaller.py": 0.8 * least,
+                    "big.py": random.uniform(0.6, 0.7) * least,
+                    "small.py": random.uniform(0.01, 0.09) * least}
+    jobs = Jobs(memory)
+    jobs.start("for larger", "for larger.py")
+    assert jobs.started("for larger") == {"for larger": larger}  # both empty: the most free
+    jobs.start("for smaller", "for smaller.py")
+    assert jobs.started("for smaller") == {"for smaller": smaller}  # no room beside
+    jobs.start("big", "big.py")
+    until(lambda: jobs.waited == ["big"])
+    jobs.start("small1", "small.py")
+    assert jobs.started("small1") == {"small1": larger}
+    jobs.start("small2", "small.py")
+    assert jobs.started("small2") == {"small2": smaller}  # the larger has no slot left
+    assert "big" not in jobs.on
+    making_room = random.choice(["for larger", "for smaller"])
+    jobs.let_go(making_room)
+    assert jobs.started("big") == {"big": jobs.on[making_room]}
+    jobs.join()
+    assert jobs.waited == ["big"]
+    assert all(memory.free(gpu) == pytest.approx(memory.total[gpu]) for gpu in sizes)
+
+
+def test_jobs_at_once_never_exceed_a_gpus_slots_nor_its_memory():
+    """Many jobs of random needs on two GPUs of random sizes: on each GPU never more jobs
+    than its slots, nor more memory than it has (but a job bigger than the GPU, alone);
+    every job runs, and every GPU is given back whole."""
+    rng = random.Random()
+    sizes = {gpu: rng.uniform(40_000, 140_000) for gpu in ("0", "1")}
+    per_gpu = rng.randint(2, 4)
+    memory = GpuMemory(sizes, per_gpu=per_gpu)
+    problems = [f"p{i}.py" for i in range(rng.randint(20, 40))]
+    memory.needs = {p: rng.uniform(0.05, 1.2) * min(memory.total.values()) for p in problems}
+    at_work: dict[str, list[float]] = {gpu: [] for gpu in sizes}
+    seen: list[tuple[int, float, float]] = []  # jobs, their memory, the GPU's, at each start
+    lock = threading.Lock()
+
+    def job(problem: str) -> None:
+        with memory.taken(problem) as gpu:
+            with lock:
+                at_work[gpu].append(memory.needs[problem])
+                seen.append((len(at_work[gpu]), sum(at_work[gpu]), memory.total[gpu]))
+            time.sleep(rng.uniform(0, 0.02))
+            with lock:
+                at_work[gpu].remove(memory.needs[problem])
+
+    threads = [threading.Thread(target=job, args=(p,)) for p in problems]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(seen) == len(problems)
+    assert all(jobs <= per_gpu and (jobs == 1 or taken <= total) for jobs, taken, total in seen)
+    assert max(jobs for jobs, _, _ in seen) > 1  # they did share
+    assert all(memory.free(gpu) == pytest.approx(memory.total[gpu]) for gpu in sizes)
+
+
+def test_a_job_bigger_than_a_gpu_runs_alone_once_the_jobs_that_fit_are_done():
+    """The jobs behind a waiting one that fit start before it; the one bigger than the GPU
+    starts on it empty, and nothing starts beside it."""
+    total = random.uniform(60_000, 140_000)
+    memory = GpuMemory({"0": total}, per_gpu=2,
+                       needs={"whole.py": random.uniform(1.01, 3) * total,
+                              "half.py": 0.5 * total * HEADROOM})
+    jobs = Jobs(memory)
+    jobs.start("half1", "half.py")
+    jobs.started("half1")
+    jobs.start("whole", "whole.py")
+    until(lambda: jobs.waited == ["whole"])
+    jobs.start("half2", "half.py")
+    jobs.started("half2")
+    jobs.start("half3", "half.py")  # no slot free: it waits for one, not for memory
+    jobs.let_go("half1")
+    jobs.started("half3")
+    jobs.let_go("half2")
+    jobs.let_go("half3")
+    assert jobs.started("whole") == {"whole": "0"}
+    jobs.start("half4", "half.py")
+    until(lambda: jobs.waited == ["whole", "half4"])
+    assert "half4" not in jobs.on
+    jobs.let_go("whole")
+    jobs.started("half4")
+    jobs.join()
 
 
 def test_a_problems_need_is_what_its_runs_measured_else_its_declared_bytes(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -103,6 +104,35 @@ def test_a_crash_beside_another_job_on_its_gpu_is_run_again_alone(scale_problem,
     assert sorted(Path(o.job.solution).stem for o in outcomes) == ["good", "segv", "tail"]
     stems = [Path(r.solution).stem for r in Store(settings.store).history("scale")]
     assert sorted(stems) == ["good", "segv", "segv", "tail"]
+
+
+def test_slots_sharing_gpus_whose_memory_is_told_take_the_gpu_with_room(
+        scale_problem, version, settings, tmp_path, monkeypatch):
+    """nvidia-smi (a stand-in script: this machine has no GPU) tells two GPUs, the second
+    three to five times the first: three slots on each, and jobs whose need is not known
+    (a third of a GPU each) take the GPU with the most memory free, all three the second
+    (a queue of slots would have given the first GPU's); a crash beside them runs again
+    alone."""
+    small = random.uniform(10_000, 40_000)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\nprintf '0, {small:.0f}\\n1, {small * random.uniform(3.5, 5):.0f}"
+                   "\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    versions = [version(f"slot{i}", SAYS_SLOT) for i in range(2)] + [version("segv", SEGFAULT)]
+    executor = krung.make_executor("local", gpus=["0", "1"], per_gpu=3)
+    outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs="static,compile")
+                                  for v in versions], settings))
+    store = Store(settings.store)
+    slots = set()
+    for outcome in outcomes:
+        log = (store.artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
+        if "slot" in Path(outcome.job.solution).stem:
+            slots.add(log.split("slot", 1)[1].split()[0])
+    assert slots == {"1"}
+    stems = [Path(r.solution).stem for r in store.history("scale")]
+    assert sorted(stems) == ["segv", "segv", "slot0", "slot1"]
 
 
 def test_a_gpu_named_twice_is_one_slot(scale_problem, version, settings):

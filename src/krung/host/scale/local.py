@@ -7,10 +7,11 @@ only that GPU (CUDA_VISIBLE_DEVICES); without GPUs, several slots share the core
 (OMP_NUM_THREADS, `cpu_share`). Several slots may share a GPU (`per_gpu`, or `workers`
 without `gpus`): the rungs that measure take the GPU for themselves (krung.judge.gpu_lock),
 so two benchmarks never overlap, and the next versions' start, compile and correctness run
-meanwhile. Sharing a GPU, a job starts only where its problem's device memory fits beside the
-jobs at work there (krung.host.scale.gpu_memory: what the problem's runs measured); one that
-failed as running out of memory does (a dead worker included) runs again at the end, alone on
-its GPU.
+meanwhile. Sharing GPUs whose memory nvidia-smi tells, a job takes any GPU with a free slot
+where its problem's device memory fits beside the jobs at work there, and the jobs behind one
+that waits for room start meanwhile (krung.host.scale.gpu_memory: what the problem's runs
+measured); one that failed as running out of memory does (a dead worker included) runs again
+at the end, alone on a GPU.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
 
 from krung.host import service
 from krung.host.evaluate import evaluate
@@ -57,18 +57,13 @@ class LocalExecutor:
         self.per_gpu = per_gpu
         self.slots = len(self.gpus) * per_gpu if self.gpus else workers
         self._running: dict[int, Running] = {}  # by the slot thread's id
-        self._memory: GpuMemory | None = None
 
     def running(self) -> list[Running]:
         return sorted(self._running.copy().values(), key=lambda r: r.since)
 
     def map(self, jobs: list[Job], settings: Settings) -> Iterator[Outcome]:
-        slots: queue.Queue[dict[str, str]] = queue.Queue()
         threads = cpu_share(self.slots) if not self.gpus else None
         shared = {"OMP_NUM_THREADS": str(threads)} if threads else {}
-        for gpu in self.gpus or [None] * self.slots:
-            for _ in range(self.per_gpu if gpu is not None else 1):
-                slots.put({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else dict(shared))
         envs = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in self.gpus] or [shared]
         kinds = [service.JudgeSpec.of(settings.replace(device=device), env) for env in envs
                  for device in {job.device for job in jobs}]
@@ -77,11 +72,16 @@ class LocalExecutor:
         # (a small CPU machine) a service is used if one runs, not started (unless asked: on).
         judges = self.slots // len(envs) + 1
         sizes = gpu_memory_mib(self.gpus) if self.gpus and self.per_gpu > 1 else {}
-        if sizes:  # jobs share a GPU whose memory nvidia-smi told
-            self._memory = GpuMemory(sizes, self.per_gpu, problem_needs(settings, jobs))
+        # Jobs sharing GPUs whose memory nvidia-smi told take a GPU where their memory fits
+        # (counted afresh for each call, from the needs known now); else a queue's next slot.
+        memory = GpuMemory(sizes, self.per_gpu, problem_needs(settings, jobs)) if sizes else None
+        slots = memory if memory is not None else self._queue(shared, per_gpu=self.per_gpu)
+        # A job waiting for memory holds a thread but no slot: a thread for each job lets the
+        # jobs behind it that fit start meanwhile.
+        threads_at_once = max(self.slots, len(jobs)) if memory is not None else self.slots
         spare_cores = (os.cpu_count() or 1) >= 2 * self.slots + 2
         warm = service.serving(settings, pool=judges, kinds=kinds, start_one=spare_cores)
-        with warm, ThreadPoolExecutor(max_workers=self.slots,
+        with warm, ThreadPoolExecutor(max_workers=threads_at_once,
                                       thread_name_prefix="krung-slot") as pool:
             pending: set[Future[Outcome]] = {
                 pool.submit(self._run_in_slot, job, settings, slots) for job in jobs}
@@ -96,49 +96,64 @@ class LocalExecutor:
                         yield outcome
             # One at a time on each GPU: at declared sizes (KernelBench's 6 GiB inputs) two
             # problems on one GPU can exhaust its memory where either alone fits.
-            alone: queue.Queue[dict[str, str]] = queue.Queue()
-            for gpu in self.gpus:
-                alone.put({"CUDA_VISIBLE_DEVICES": gpu})
+            alone = self._queue(shared, per_gpu=1)
             pending = {pool.submit(self._run_in_slot, job, settings, alone) for job in again}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
 
+    def _queue(self, shared: dict[str, str], per_gpu: int) -> queue.Queue[dict[str, str]]:
+        """The slots' environments: `per_gpu` for each GPU, or `workers` sharing the cores."""
+        slots: queue.Queue[dict[str, str]] = queue.Queue()
+        for gpu in self.gpus:
+            for _ in range(per_gpu):
+                slots.put({"CUDA_VISIBLE_DEVICES": gpu})
+        for _ in range(0 if self.gpus else self.slots):
+            slots.put(dict(shared))
+        return slots
+
     def _run_in_slot(self, job: Job, settings: Settings,
-                     slots: queue.Queue[dict[str, str]]) -> Outcome:
-        env = slots.get()
+                     slots: queue.Queue[dict[str, str]] | GpuMemory) -> Outcome:
         me = threading.get_ident()
-        self._running[me] = Running(job, time.monotonic())
 
         def progress(rung: str, message: str) -> None:
             self._running[me].at = f"[{rung}] {message}"
 
         try:
-            with self._memory_for(job, env.get("CUDA_VISIBLE_DEVICES"), me):
+            with self._slot(job, slots, me) as env:
                 run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
                                seed=job.seed, precision=job.precision, settings=settings,
                                env=env, on_progress=progress)
-            if self._memory is not None:
-                self._memory.learn(problem_key(job), run.env)
+            if isinstance(slots, GpuMemory):
+                slots.learn(problem_key(job), run.env)
             return Outcome(job, run=run)
         except KrungError as exc:  # this job cannot run (its file is missing, say); the rest can
             return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
         finally:
             self._running.pop(me, None)
-            slots.put(env)
 
-
-    def _memory_for(self, job: Job, gpu: str | None, me: int) -> Any:
-        """The job's share of its GPU's memory, held while it runs (nothing to hold where the
-        GPU is not shared, or nvidia-smi gave no size)."""
-        if self._memory is None or gpu not in self._memory.total:
-            return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def _slot(self, job: Job, slots: queue.Queue[dict[str, str]] | GpuMemory,
+              me: int) -> Iterator[dict[str, str]]:
+        """The environment of the slot the job runs in, held inside the block: the next of
+        the queue, or a GPU where the job's memory fits beside the jobs at work there."""
+        if not isinstance(slots, GpuMemory):
+            env = slots.get()
+            self._running[me] = Running(job, time.monotonic())
+            try:
+                yield env
+            finally:
+                slots.put(env)
+            return
 
         def waiting() -> None:
-            self._running[me].at = "waiting for GPU memory beside the jobs at work"
+            self._running[me] = Running(job, time.monotonic(),
+                                        at="waiting for GPU memory beside the jobs at work")
 
-        return self._memory.taken(gpu, problem_key(job), waiting)
+        with slots.taken(problem_key(job), waiting) as gpu:
+            self._running.setdefault(me, Running(job, time.monotonic()))
+            yield {"CUDA_VISIBLE_DEVICES": gpu}
 
 
 def problem_key(job: Job) -> str:

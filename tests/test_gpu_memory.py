@@ -5,7 +5,6 @@ the jobs at work (krung.host.scale.gpu_memory), the needs told by the problem's 
 from __future__ import annotations
 
 import random
-import threading
 import time
 from pathlib import Path
 
@@ -82,54 +81,6 @@ def test_a_kernelbench_problems_declared_bytes_are_told_without_allocating_them(
     assert needs[str(path)] == pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)
 
 
-class Jobs:
-    """Jobs on threads, each taking a GPU of `memory` and holding it until let go."""
-
-    def __init__(self, memory: GpuMemory):
-        self.memory = memory
-        self.on: dict[str, str] = {}  # the GPU each job started on, by name
-        self.waited: list[str] = []
-        self._go: dict[str, threading.Event] = {}
-        self._threads: list[threading.Thread] = []
-        self._changed = threading.Condition()
-
-    def start(self, name: str, problem: str) -> None:
-        self._go[name] = threading.Event()
-
-        def run() -> None:
-            with self.memory.taken(problem, waiting=lambda: self.waited.append(name)) as gpu:
-                with self._changed:
-                    self.on[name] = gpu
-                    self._changed.notify_all()
-                self._go[name].wait(30)
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        self._threads.append(thread)
-
-    def started(self, *names: str) -> dict[str, str]:
-        with self._changed:
-            assert self._changed.wait_for(lambda: set(names) <= set(self.on), 10), self.on
-        return {name: self.on[name] for name in names}
-
-    def let_go(self, name: str) -> None:
-        self._go[name].set()
-
-    def join(self) -> None:
-        for name in self._go:
-            self.let_go(name)
-        for thread in self._threads:
-            thread.join(10)
-            assert not thread.is_alive()
-
-
-def until(condition, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-
-
 def test_a_problem_that_prints_or_takes_too_long_spoils_no_other_estimate(tmp_path):
     """The problems' own prints go to stderr (one even says `{` without a newline), and one
     whose import sleeps past the limit on a description is left out: the rest are told."""
@@ -172,18 +123,13 @@ def test_a_small_job_starts_beside_a_big_one_that_waits_on_one_gpu():
                        needs={big: random.uniform(0.51, 0.9) * total * HEADROOM,
                               small: random.uniform(0.01, 0.09) * total * HEADROOM})
     assert memory.need("0", "unknown.py") == pytest.approx(memory.total["0"] / 3)
-    jobs = Jobs(memory)
-    jobs.start("big1", big)
-    jobs.started("big1")
-    # A second big one waits for the first; a small one fits beside it and starts at once.
-    jobs.start("big2", big)
-    until(lambda: jobs.waited == ["big2"])
-    jobs.start("small", small)
-    assert jobs.started("small") == {"small": "0"} and "big2" not in jobs.on
-    jobs.let_go("big1")
-    assert jobs.started("big2") == {"big2": "0"}
-    jobs.join()
-    assert jobs.waited == ["big2"]
+    assert memory.take(big) == "0"
+    assert memory.take(big) is None  # a second big one waits for the first
+    assert memory.take(small) == "0"  # a small one fits beside it
+    memory.give_back("0", big, {})
+    assert memory.take(big) == "0"
+    memory.give_back("0", big, {})
+    memory.give_back("0", small, {})
     assert memory.free("0") == pytest.approx(memory.total["0"])  # all given back
 
 
@@ -199,86 +145,64 @@ def test_a_job_takes_a_gpu_with_a_free_slot_and_room_the_most_free_first():
     memory.needs = {"for larger.py": 0.8 * memory.total[larger], "for smaller.py": 0.8 * least,
                     "big.py": random.uniform(0.6, 0.7) * least,
                     "small.py": random.uniform(0.01, 0.09) * least}
-    jobs = Jobs(memory)
-    jobs.start("for larger", "for larger.py")
-    assert jobs.started("for larger") == {"for larger": larger}  # both empty: the most free
-    jobs.start("for smaller", "for smaller.py")
-    assert jobs.started("for smaller") == {"for smaller": smaller}  # no room beside
-    jobs.start("big", "big.py")
-    until(lambda: jobs.waited == ["big"])
-    jobs.start("small1", "small.py")
-    assert jobs.started("small1") == {"small1": larger}
-    jobs.start("small2", "small.py")
-    assert jobs.started("small2") == {"small2": smaller}  # the larger has no slot left
-    assert "big" not in jobs.on
-    making_room = random.choice(["for larger", "for smaller"])
-    jobs.let_go(making_room)
-    assert jobs.started("big") == {"big": jobs.on[making_room]}
-    jobs.join()
-    assert jobs.waited == ["big"]
-    assert all(memory.free(gpu) == pytest.approx(memory.total[gpu]) for gpu in sizes)
+    assert memory.take("for larger.py") == larger  # both empty: the most free
+    assert memory.take("for smaller.py") == smaller  # no room beside the first
+    assert memory.take("big.py") is None
+    assert memory.take("small.py") == larger  # 20% of the larger is free, more than 20% of
+    assert memory.take("small.py") == smaller  # the smaller, whose slot is the one left
+    assert memory.take("small.py") is None  # every slot taken
+    making_room = random.choice(["for larger.py", "for smaller.py"])
+    gpu = larger if making_room == "for larger.py" else smaller
+    memory.give_back(gpu, making_room, {})
+    assert memory.take("big.py") == gpu
 
 
 def test_jobs_at_once_never_exceed_a_gpus_slots_nor_its_memory():
-    """Many jobs of random needs on two GPUs of random sizes: on each GPU never more jobs
-    than its slots, nor more memory than it has (but a job bigger than the GPU, alone);
-    every job runs, and every GPU is given back whole."""
+    """Many jobs of random needs on two GPUs of random sizes, ending in random order: on each
+    GPU never more jobs than its slots, nor more memory than it has (but a job bigger than
+    the GPU, alone); every job runs, and every GPU is given back whole."""
     rng = random.Random()
     sizes = {gpu: rng.uniform(40_000, 140_000) for gpu in ("0", "1")}
     per_gpu = rng.randint(2, 4)
     memory = GpuMemory(sizes, per_gpu=per_gpu)
-    problems = [f"p{i}.py" for i in range(rng.randint(20, 40))]
-    memory.needs = {p: rng.uniform(0.05, 1.2) * min(memory.total.values()) for p in problems}
-    at_work: dict[str, list[float]] = {gpu: [] for gpu in sizes}
-    seen: list[tuple[int, float, float]] = []  # jobs, their memory, the GPU's, at each start
-    lock = threading.Lock()
-
-    def job(problem: str) -> None:
-        with memory.taken(problem) as gpu:
-            with lock:
-                at_work[gpu].append(memory.needs[problem])
-                seen.append((len(at_work[gpu]), sum(at_work[gpu]), memory.total[gpu]))
-            time.sleep(rng.uniform(0, 0.02))
-            with lock:
-                at_work[gpu].remove(memory.needs[problem])
-
-    threads = [threading.Thread(target=job, args=(p,)) for p in problems]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert len(seen) == len(problems)
-    assert all(jobs <= per_gpu and (jobs == 1 or taken <= total) for jobs, taken, total in seen)
-    assert max(jobs for jobs, _, _ in seen) > 1  # they did share
+    waiting = [f"p{i}.py" for i in range(rng.randint(20, 40))]
+    memory.needs = {p: rng.uniform(0.05, 1.2) * min(memory.total.values()) for p in waiting}
+    at_work: list[tuple[str, str]] = []
+    most_at_once = 0
+    while waiting or at_work:
+        for problem in list(waiting):
+            gpu = memory.take(problem)
+            if gpu is not None:
+                waiting.remove(problem)
+                at_work.append((gpu, problem))
+        assert at_work  # an empty GPU takes any job
+        for gpu in sizes:
+            mine = [memory.needs[p] for g, p in at_work if g == gpu]
+            assert len(mine) <= per_gpu and (len(mine) == 1 or sum(mine) <= memory.total[gpu])
+            most_at_once = max(most_at_once, len(mine))
+        gpu, problem = at_work.pop(rng.randrange(len(at_work)))
+        memory.give_back(gpu, problem, {})
+    assert most_at_once > 1  # they did share
     assert all(memory.free(gpu) == pytest.approx(memory.total[gpu]) for gpu in sizes)
 
 
-def test_a_job_bigger_than_a_gpu_runs_alone_once_the_jobs_that_fit_are_done():
-    """The jobs behind a waiting one that fit start before it; the one bigger than the GPU
-    starts on it empty, and nothing starts beside it."""
+def test_a_job_bigger_than_a_gpu_runs_alone_on_it_and_a_run_teaches_its_need():
     total = random.uniform(60_000, 140_000)
     memory = GpuMemory({"0": total}, per_gpu=2,
                        needs={"whole.py": random.uniform(1.01, 3) * total,
                               "half.py": 0.5 * total * HEADROOM})
-    jobs = Jobs(memory)
-    jobs.start("half1", "half.py")
-    jobs.started("half1")
-    jobs.start("whole", "whole.py")
-    until(lambda: jobs.waited == ["whole"])
-    jobs.start("half2", "half.py")
-    jobs.started("half2")
-    jobs.start("half3", "half.py")  # no slot free: it waits for one, not for memory
-    jobs.let_go("half1")
-    jobs.started("half3")
-    jobs.let_go("half2")
-    jobs.let_go("half3")
-    assert jobs.started("whole") == {"whole": "0"}
-    jobs.start("half4", "half.py")
-    until(lambda: jobs.waited == ["whole", "half4"])
-    assert "half4" not in jobs.on
-    jobs.let_go("whole")
-    jobs.started("half4")
-    jobs.join()
+    assert memory.take("half.py") == "0"
+    assert memory.take("whole.py") is None
+    memory.give_back("0", "half.py", {})
+    assert memory.take("whole.py") == "0"  # on the empty GPU
+    assert memory.take("half.py") is None  # nothing beside it
+    measured = {"judge_device_peak_mib": 0.3 * total, "worker_device_peak_mib": 0.3 * total}
+    memory.give_back("0", "whole.py", measured)  # less than believed: the most is kept
+    assert memory.needs["whole.py"] > total
+    assert memory.take("half.py") == "0"
+    memory.give_back("0", "half.py", measured)  # more than believed: learnt
+    assert memory.needs["half.py"] == pytest.approx(0.6 * total + CONTEXTS_MIB)
+    assert memory.take("half.py") == "0" and memory.take("half.py") is None  # no longer two
 
 
 def test_a_problems_need_is_what_its_runs_measured_else_its_declared_bytes(tmp_path):
@@ -304,6 +228,6 @@ def test_a_problems_need_is_what_its_runs_measured_else_its_declared_bytes(tmp_p
         str(measured_path): pytest.approx(judge + worker + CONTEXTS_MIB),
         str(declared_path): pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)}
     memory = GpuMemory({"0": 80_000.0}, per_gpu=2, needs=needs)
-    memory.learn(str(declared_path), {"judge_device_peak_mib": 1.0e5,
-                                      "worker_device_peak_mib": 1.0})
+    memory.give_back(memory.take(str(declared_path)), str(declared_path),
+                     {"judge_device_peak_mib": 1.0e5, "worker_device_peak_mib": 1.0})
     assert memory.needs[str(declared_path)] == pytest.approx(1.0e5 + 1.0 + CONTEXTS_MIB)

@@ -1,5 +1,6 @@
 """How much of a GPU the evaluations sharing it take: a job starts on a GPU with a free slot
-where the device memory its problem needs fits beside the jobs at work there.
+where the device memory its problem needs fits beside the jobs at work there, and the jobs
+behind one that must wait for room start meanwhile.
 
 At declared sizes a KernelBench elementwise problem holds about 19 GiB of the GPU (its 6.4 GB
 input, the reference's output and the version's, between judge and worker) where a matmul
@@ -15,13 +16,10 @@ needs more than a GPU holds still runs, alone on an empty one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 CONTEXTS_MIB = 2 * 600.0  # the judge's and the worker's CUDA contexts, outside torch's peaks
@@ -39,91 +37,42 @@ def measured_need_mib(env: dict[str, Any]) -> float | None:
 
 
 class GpuMemory:
-    """The slots and the device memory of each GPU, shared out among the jobs at work on them.
-
-    A job takes a GPU and its memory at once: any GPU with a free slot where its need fits, so
-    a small job starts beside (or on another GPU than) a big one that waits for room, and the
-    big one takes whichever GPU makes room first. The jobs waiting are placed in the order
-    they came, each where its need fits."""
+    """The slots and the device memory of each GPU, shared out among the jobs at work on them
+    (by the one thread that starts the jobs: krung.host.scale.local)."""
 
     def __init__(self, total_mib: dict[str, float], per_gpu: int,
                  needs: dict[str, float] | None = None):
         self.total = {gpu: total * HEADROOM for gpu, total in total_mib.items()}
         self.per_gpu = per_gpu
         self.needs = dict(needs or {})  # by problem path
-        self._taken: dict[str, list[float]] = {gpu: [] for gpu in total_mib}
-        self._waiting: list[_Claim] = []  # in the order they came
-        self._changed = threading.Condition()
+        self._taken: dict[str, list[tuple[str, float]]] = {gpu: [] for gpu in total_mib}
 
     def need(self, gpu: str, problem: str) -> float:
         known = self.needs.get(problem)
         return known if known is not None else self.total[gpu] / self.per_gpu
 
-    def fits(self, gpu: str, need: float) -> bool:
-        taken = self._taken[gpu]
-        return not taken or sum(taken) + need <= self.total[gpu]
-
     def free(self, gpu: str) -> float:
-        return self.total[gpu] - sum(self._taken[gpu])
+        return self.total[gpu] - sum(need for _, need in self._taken[gpu])
 
-    def room(self, problem: str) -> str | None:
-        """The GPU with a free slot where the problem's need fits (of several, the one with
-        the most memory free), or None."""
-        open_gpus = [gpu for gpu, taken in self._taken.items()
-                     if len(taken) < self.per_gpu and self.fits(gpu, self.need(gpu, problem))]
-        return max(open_gpus, key=self.free, default=None)
+    def take(self, problem: str) -> str | None:
+        """A GPU with a free slot where the problem's need fits beside the jobs at work (of
+        several, the one with the most memory free; an empty one takes any need), taken for
+        it; None where there is none now."""
+        open_gpus = [gpu for gpu, taken in self._taken.items() if len(taken) < self.per_gpu
+                     and (not taken or self.need(gpu, problem) <= self.free(gpu))]
+        gpu = max(open_gpus, key=self.free, default=None)
+        if gpu is not None:
+            self._taken[gpu].append((problem, self.need(gpu, problem)))
+        return gpu
 
-    @contextlib.contextmanager
-    def taken(self, problem: str,
-              waiting: Callable[[], None] = lambda: None) -> Iterator[str]:
-        """A GPU's slot and the problem's need of its memory, held inside the block, which is
-        given the GPU. `waiting` is called once if a slot is free but the need fits in none:
-        memory, not the number of slots, keeps the job waiting."""
-        claim = _Claim(problem)
-        with self._changed:
-            self._waiting.append(claim)
-            self._place([claim])  # the others waiting fit nowhere since the last change
-            told = False
-            while claim.gpu is None:
-                if not told and self._slot_free():
-                    waiting()
-                    told = True
-                self._changed.wait()
-        try:
-            yield claim.gpu
-        finally:
-            with self._changed:
-                self._taken[claim.gpu].remove(claim.need)
-                self._place(list(self._waiting))
-                self._changed.notify_all()
-
-    def _place(self, claims: list[_Claim]) -> None:
-        for claim in claims:
-            gpu = self.room(claim.problem)
-            if gpu is not None:
-                claim.gpu, claim.need = gpu, self.need(gpu, claim.problem)
-                self._taken[gpu].append(claim.need)
-                self._waiting.remove(claim)
-
-    def _slot_free(self) -> bool:
-        return any(len(taken) < self.per_gpu for taken in self._taken.values())
-
-    def learn(self, problem: str, env: dict[str, Any]) -> None:
-        """What a finished run of `problem` measured: its need from now on (the larger of
-        what was known and what this run took)."""
+    def give_back(self, gpu: str, problem: str, env: dict[str, Any]) -> None:
+        """The problem's share of `gpu`, its run finished; what the run measured is the
+        problem's need from now on (the larger of it and what was known)."""
+        taken = self._taken[gpu]
+        taken.remove(next(claim for claim in taken if claim[0] == problem))
         need = measured_need_mib(env)
         if need is not None:
-            with self._changed:
-                self.needs[problem] = max(need, self.needs.get(problem, 0.0))
-
-
-@dataclasses.dataclass(eq=False)
-class _Claim:
-    """A job's wait for a GPU: where it was placed, and what it took there."""
-
-    problem: str
-    gpu: str | None = None
-    need: float = 0.0
+            self.needs[problem] = max(need, self.needs.get(problem, 0.0))
 
 
 def declared_needs_mib(problem_paths: list[str], timeout_s: float = 300) -> dict[str, float]:

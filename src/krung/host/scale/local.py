@@ -9,16 +9,13 @@ without `gpus`): the rungs that measure take the GPU for themselves (krung.judge
 so two benchmarks never overlap, and the next versions' start, compile and correctness run
 meanwhile. Sharing GPUs whose memory nvidia-smi tells, a job takes any GPU with a free slot
 where its problem's device memory fits beside the jobs at work there, and the jobs behind one
-that waits for room start meanwhile (krung.host.scale.gpu_memory: what the problem's runs
-measured); one that failed as running out of memory does (a dead worker included) runs again
-at the end, alone on a GPU.
+that waits for room start meanwhile (krung.host.scale.gpu_memory); one that failed as running
+out of memory does (a dead worker included) runs again at the end, alone on a GPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import re
 import subprocess
 import threading
@@ -72,88 +69,107 @@ class LocalExecutor:
         # (a small CPU machine) a service is used if one runs, not started (unless asked: on).
         judges = self.slots // len(envs) + 1
         sizes = gpu_memory_mib(self.gpus) if self.gpus and self.per_gpu > 1 else {}
-        # Jobs sharing GPUs whose memory nvidia-smi told take a GPU where their memory fits
-        # (counted afresh for each call, from the needs known now); else a queue's next slot.
-        memory = GpuMemory(sizes, self.per_gpu, problem_needs(settings, jobs)) if sizes else None
-        slots = memory if memory is not None else self._queue(shared, per_gpu=self.per_gpu)
-        # A job waiting for memory holds a thread but no slot: a thread for each job lets the
-        # jobs behind it that fit start meanwhile.
-        threads_at_once = max(self.slots, len(jobs)) if memory is not None else self.slots
+        # Jobs sharing GPUs whose memory nvidia-smi told take a GPU where their memory fits;
+        # else the next free slot.
+        slots: FreeSlots | GpuRoom = (
+            GpuRoom(GpuMemory(sizes, self.per_gpu, problem_needs(settings, jobs))) if sizes
+            else FreeSlots(self._envs(shared, self.per_gpu)))
         spare_cores = (os.cpu_count() or 1) >= 2 * self.slots + 2
         warm = service.serving(settings, pool=judges, kinds=kinds, start_one=spare_cores)
-        with warm, ThreadPoolExecutor(max_workers=threads_at_once,
+        with warm, ThreadPoolExecutor(max_workers=self.slots,
                                       thread_name_prefix="krung-slot") as pool:
-            pending: set[Future[Outcome]] = {
-                pool.submit(self._run_in_slot, job, settings, slots) for job in jobs}
             again: list[Job] = []
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    outcome = future.result()
-                    if self.per_gpu > 1 and self.gpus and out_of_memory(outcome):
-                        again.append(outcome.job)  # it shared the GPU: run it alone, later
-                    else:
-                        yield outcome
+            for outcome in self._dispatch(pool, jobs, settings, slots):
+                if self.per_gpu > 1 and self.gpus and out_of_memory(outcome):
+                    again.append(outcome.job)  # it shared the GPU: run it alone, later
+                else:
+                    yield outcome
             # One at a time on each GPU: at declared sizes (KernelBench's 6 GiB inputs) two
             # problems on one GPU can exhaust its memory where either alone fits.
-            alone = self._queue(shared, per_gpu=1)
-            pending = {pool.submit(self._run_in_slot, job, settings, alone) for job in again}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield future.result()
+            yield from self._dispatch(pool, again, settings, FreeSlots(self._envs(shared, 1)))
 
-    def _queue(self, shared: dict[str, str], per_gpu: int) -> queue.Queue[dict[str, str]]:
+    def _envs(self, shared: dict[str, str], per_gpu: int) -> list[dict[str, str]]:
         """The slots' environments: `per_gpu` for each GPU, or `workers` sharing the cores."""
-        slots: queue.Queue[dict[str, str]] = queue.Queue()
-        for gpu in self.gpus:
-            for _ in range(per_gpu):
-                slots.put({"CUDA_VISIBLE_DEVICES": gpu})
-        for _ in range(0 if self.gpus else self.slots):
-            slots.put(dict(shared))
-        return slots
+        if self.gpus:
+            return [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in self.gpus for _ in range(per_gpu)]
+        return [dict(shared) for _ in range(self.slots)]
 
-    def _run_in_slot(self, job: Job, settings: Settings,
-                     slots: queue.Queue[dict[str, str]] | GpuMemory) -> Outcome:
+    def _dispatch(self, pool: ThreadPoolExecutor, jobs: list[Job], settings: Settings,
+                  slots: FreeSlots | GpuRoom) -> Iterator[Outcome]:
+        """Each job started, in order, as soon as `slots` has a place for it (a job that must
+        wait for GPU memory lets the ones behind it that fit pass), its outcome yielded when
+        it ends. This thread alone starts jobs and gives their slots back."""
+        waiting = list(jobs)
+        at_work: dict[Future[Outcome], tuple[Job, dict[str, str]]] = {}
+
+        def start_what_fits() -> None:
+            for job in list(waiting):
+                env = slots.take(job)
+                if env is not None:
+                    waiting.remove(job)
+                    at_work[pool.submit(self._run_in_slot, job, settings, env)] = (job, env)
+
+        start_what_fits()
+        while at_work:  # an empty GPU takes any job: none waits with nothing at work
+            done, _ = wait(at_work, return_when=FIRST_COMPLETED)
+            finished = []
+            for future in done:
+                job, env = at_work.pop(future)
+                finished.append(future.result())
+                slots.give_back(job, env, finished[-1])
+            start_what_fits()
+            yield from finished
+
+    def _run_in_slot(self, job: Job, settings: Settings, env: dict[str, str]) -> Outcome:
         me = threading.get_ident()
+        self._running[me] = Running(job, time.monotonic())
 
         def progress(rung: str, message: str) -> None:
             self._running[me].at = f"[{rung}] {message}"
 
         try:
-            with self._slot(job, slots, me) as env:
-                run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
-                               seed=job.seed, precision=job.precision, settings=settings,
-                               env=env, on_progress=progress)
-            if isinstance(slots, GpuMemory):
-                slots.learn(problem_key(job), run.env)
+            run = evaluate(job.problem, job.solution, rungs=job.rungs, device=job.device,
+                           seed=job.seed, precision=job.precision, settings=settings, env=env,
+                           on_progress=progress)
             return Outcome(job, run=run)
         except KrungError as exc:  # this job cannot run (its file is missing, say); the rest can
             return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
         finally:
             self._running.pop(me, None)
 
-    @contextlib.contextmanager
-    def _slot(self, job: Job, slots: queue.Queue[dict[str, str]] | GpuMemory,
-              me: int) -> Iterator[dict[str, str]]:
-        """The environment of the slot the job runs in, held inside the block: the next of
-        the queue, or a GPU where the job's memory fits beside the jobs at work there."""
-        if not isinstance(slots, GpuMemory):
-            env = slots.get()
-            self._running[me] = Running(job, time.monotonic())
-            try:
-                yield env
-            finally:
-                slots.put(env)
-            return
 
-        def waiting() -> None:
-            self._running[me] = Running(job, time.monotonic(),
-                                        at="waiting for GPU memory beside the jobs at work")
+class FreeSlots:
+    """Slots taken in turn, each an environment: a GPU's, or a share of the cores."""
 
-        with slots.taken(problem_key(job), waiting) as gpu:
-            self._running.setdefault(me, Running(job, time.monotonic()))
-            yield {"CUDA_VISIBLE_DEVICES": gpu}
+    def __init__(self, envs: list[dict[str, str]]):
+        self.envs = envs
+
+    def take(self, job: Job) -> dict[str, str] | None:
+        return self.envs.pop(0) if self.envs else None
+
+    def give_back(self, job: Job, env: dict[str, str], outcome: Outcome) -> None:
+        self.envs.append(env)
+
+
+class GpuRoom:
+    """Slots on GPUs whose memory is known: a job takes one where its problem's need fits."""
+
+    def __init__(self, memory: GpuMemory):
+        self.memory = memory
+        self._keys: dict[Job, str] = {}
+
+    def take(self, job: Job) -> dict[str, str] | None:
+        gpu = self.memory.take(self._key(job))
+        return None if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu}
+
+    def give_back(self, job: Job, env: dict[str, str], outcome: Outcome) -> None:
+        self.memory.give_back(env["CUDA_VISIBLE_DEVICES"], self._key(job),
+                              outcome.run.env if outcome.run is not None else {})
+
+    def _key(self, job: Job) -> str:
+        if job not in self._keys:
+            self._keys[job] = problem_key(job)
+        return self._keys[job]
 
 
 def problem_key(job: Job) -> str:

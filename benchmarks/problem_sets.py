@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -276,12 +277,29 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if row.verdict == "timeout":
-        row.explanation = f"no answer within {args.timeout:g} s"
+        row.explanation = f"no answer within {args.timeout:g} s" + _where_it_was(store, job)
     else:
         _read_outcome(row, process.returncode, stdout, stderr)
-    passed = row.verdict == "passed"
-    row.ok = passed if job.expect == PASS else row.verdict == "failed"
+    expected = row.verdict == ("passed" if job.expect == PASS else "failed")
+    # Out of GPU memory is the machine's answer, not krung's verdict on the version
+    row.ok = expected and not OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")
     return row
+
+
+def _where_it_was(store: Path, job: Job) -> str:
+    """What a run killed at its timeout had done, as its store recorded it: the rungs it
+    finished and their seconds (the one it was in is the next of the ladder)."""
+    with contextlib.suppress(sqlite3.Error, ValueError, KeyError):
+        with contextlib.closing(sqlite3.connect(store)) as db:
+            run = db.execute("SELECT run_id FROM runs WHERE solution=? ORDER BY started_at "
+                             "DESC LIMIT 1", (str(job.source),)).fetchone()
+            rungs = db.execute("SELECT name, result FROM rungs WHERE run_id=? ORDER BY "
+                               "position", (run[0],)).fetchall() if run else []
+        if run:
+            done = ", ".join(f"{name} {json.loads(result)['duration_s']:.0f} s"
+                             for name, result in rungs)
+            return f"; rungs finished before: {done or 'none'}"
+    return ""
 
 
 def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
@@ -572,13 +590,15 @@ def _key(job: Job) -> tuple[str, str, str]:
 
 
 def _earlier_rows(out: Path, jobs: list[Job]) -> dict[tuple[str, str, str], Row]:
-    """The rows an earlier run wrote to `out` for these jobs (a timeout is measured again)."""
+    """The rows an earlier run wrote to `out` for these jobs (a timeout, or a run out of GPU
+    memory beside other problems, is measured again)."""
     if not out.exists():
         return {}
     wanted = {_key(job) for job in jobs}
     rows = [Row(**row) for row in json.loads(out.read_text())]
     return {key: row for row in rows if (key := (row.family, row.problem, row.version))
-            in wanted and row.verdict != "timeout"}
+            in wanted and row.verdict != "timeout"
+            and not OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")}
 
 
 if __name__ == "__main__":

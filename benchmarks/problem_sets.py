@@ -22,7 +22,9 @@ The sets travel as one small tarball (the GPU machine has no network):
 `run` writes its JSON after every problem, so an interrupted run keeps what it measured;
 `--resume` keeps the rows an earlier run wrote to `--out` and runs the rest, and `--stop-after
 S` starts no problem after S seconds: the whole sets at declared sizes, over several device
-calls of ten minutes each. The rungs are krung's default ladder (benchmark and artifacts
+calls of ten minutes each. GPU MODE's quick problems run first, then KernelBench, then the
+problems whose authors give a submission more than six minutes, each given that time (its
+task.yml's test and benchmark timeouts) where it is more than `--timeout`. The rungs are krung's default ladder (benchmark and artifacts
 included) unless `--rungs` names others. The runs take their judges warm from a krung service
 on the run's store (`--no-service`: each starts its own, as a first `krung run` does), and
 KernelBench's own check runs where krung did not pass the baseline (`--kernelbench-check`),
@@ -59,6 +61,7 @@ KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
 LEVELS = ("level1", "level2", "level3")
 DEFAULT_RUNGS = "default"  # krung's own default ladder: `krung run` without --rungs
 PASS, REJECT = "pass", "reject"
+QUICK_S = 360  # GPU MODE's usual test and benchmark timeouts together (3 minutes each)
 OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|OUT_OF_MEMORY", re.IGNORECASE)
 
 
@@ -118,6 +121,7 @@ class Job:
     version: str  # baseline | wrong | repo:correct/ref.py | repo:wrong/empty.py
     expect: str  # pass | reject
     source: Path | None = None  # the version's file (written for baseline and wrong)
+    declared_s: float = 0.0  # GPU MODE's task.yml: its test and benchmark timeouts together
 
 
 @dataclass
@@ -167,18 +171,39 @@ def gpumode_jobs(root: Path, versions: Path, wrong_every: int) -> list[Job]:
     for index, folder in enumerate(folders):
         name = f"{folder.parent.name}/{folder.name}"
         reference = (folder / "reference.py").read_text()
+        declared = declared_seconds((folder / "task.yml").read_text())
         base = _write(versions / "gpumode" / folder.parent.name / f"{folder.name}.py",
                       reference + "\n\ncustom_kernel = ref_kernel\n")
-        jobs.append(Job("gpumode", name, folder, "baseline", PASS, base))
+        jobs.append(Job("gpumode", name, folder, "baseline", PASS, base, declared))
         for kind, expect in (("correct", PASS), ("wrong", REJECT)):
             for solution in sorted((folder / "solutions" / kind).glob("*.py")):
                 jobs.append(Job("gpumode", name, folder, f"repo:{kind}/{solution.name}", expect,
-                                solution))
+                                solution, declared))
         if wrong_every and index % wrong_every == 0:
             wrong = _write(versions / "gpumode" / folder.parent.name / f"{folder.name}_wrong.py",
                            reference + GPUMODE_WRONG)
-            jobs.append(Job("gpumode", name, folder, "wrong", REJECT, wrong))
+            jobs.append(Job("gpumode", name, folder, "wrong", REJECT, wrong, declared))
     return jobs
+
+
+def declared_seconds(task_yml: str) -> float:
+    """A GPU MODE task's test and benchmark timeouts together (0 where it names none): the
+    time its authors give one submission on their GPU."""
+    return float(sum(int(m.group(1)) for key in ("test_timeout", "benchmark_timeout")
+                     if (m := re.search(rf"^{key}:\s*(\d+)", task_yml, re.MULTILINE))))
+
+
+def in_running_order(jobs: list[Job]) -> list[Job]:
+    """GPU MODE's quick problems first (the most varied: a long run meets krung's bugs early),
+    then KernelBench, then the problems whose authors give a submission more than six minutes
+    (linalg's eigh, AMD's MoE, bioml's trimul), slowest last: a run cut short by its device
+    time leaves out the fewest."""
+    def weight(job: Job) -> tuple[int, float]:
+        if job.family == "gpumode":
+            return (0, 0.0) if job.declared_s <= QUICK_S else (2, job.declared_s)
+        return (1, 0.0)
+
+    return sorted(jobs, key=weight)
 
 
 # The wrong versions: the right answer with the last element of the first output moved.
@@ -267,7 +292,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         process = subprocess.Popen(command, stdout=out, stderr=err, env=env,
                                    start_new_session=True, cwd=job.path.parent)
         try:
-            process.wait(timeout=args.timeout)
+            process.wait(timeout=job_timeout(job, args))
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -277,13 +302,19 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if row.verdict == "timeout":
-        row.explanation = f"no answer within {args.timeout:g} s" + _where_it_was(store, job)
+        row.explanation = (f"no answer within {job_timeout(job, args):g} s"
+                           + _where_it_was(store, job))
     else:
         _read_outcome(row, process.returncode, stdout, stderr)
     expected = row.verdict == ("passed" if job.expect == PASS else "failed")
     # Out of GPU memory is the machine's answer, not krung's verdict on the version
     row.ok = expected and not OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")
     return row
+
+
+def job_timeout(job: Job, args: argparse.Namespace) -> float:
+    """--timeout, or the time the problem's authors give a submission where that is longer."""
+    return max(args.timeout, job.declared_s)
 
 
 def _where_it_was(store: Path, job: Job) -> str:
@@ -482,7 +513,8 @@ def main() -> None:
     running.add_argument("--jobs", type=int, default=1,
                          help="problems run at once (on one GPU, level 1's 6 GiB tensors "
                               "run out of its memory at 8)")
-    running.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    running.add_argument("--timeout", type=float, default=1800.0,
+                         help="seconds per run (more where a GPU MODE task gives more)")
     running.add_argument("--kernelbench-check", choices=("failed", "all", "none"),
                          default="failed", help="KernelBench's own check of the baseline: "
                          "where krung did not pass it (default), on every one, or none")
@@ -527,12 +559,12 @@ def main() -> None:
             cuda_as_cpu(root)
         versions, store = Path(scratch) / "versions", Path(scratch) / "store" / "krung.db"
         levels = [f"level{n}" for n in args.levels.split(",") if n.strip() not in ("", "0")]
-        # GPU MODE first: its problems are the most varied, so a long run meets krung's bugs early
         jobs = [] if args.gpumode == "none" else [
             j for j in gpumode_jobs(root, versions, args.wrong)
             if args.gpumode == "all" or re.search(args.gpumode, j.problem)]
         if levels:
             jobs += kernelbench_jobs(root, levels, versions, args.wrong)
+        jobs = in_running_order(jobs)
         jobs = [j for j in jobs if re.search(args.only, j.problem)]
         if args.limit:
             jobs = jobs[:args.limit]

@@ -140,7 +140,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("gpus", str | None, None,
            "GPUs for the local executor, e.g. 0,1 or all; one evaluation per GPU."),
     Option("per_gpu", int, 1,
-           "Evaluations per GPU at once (their benchmarks take turns on the GPU)."),
+           "Evaluations per GPU at most (their benchmarks take turns; each starts where "
+           "its problem's device memory fits)."),
     Option("address", str | None, None, "Ray cluster address (ray executor)."),
     Option("remote", str | None, None, "user@host (ssh executor)."),
     Option("remote_python", str, "python3", "Python on the remote host."),

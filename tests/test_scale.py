@@ -84,12 +84,13 @@ def test_gpu_slots_pin_each_evaluation(scale_problem, version, settings):
     executor = krung.make_executor("local", gpus=["0", "1"])
     outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs="static,compile")
                                   for v in versions], settings))
-    store = Store(settings.store)
-    slots = set()
-    for outcome in outcomes:
-        log = (store.artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
-        slots.add(log.split("slot", 1)[1].split()[0])
-    assert slots == {"0", "1"}
+    assert {slot_said(settings, outcome) for outcome in outcomes} == {"0", "1"}
+
+
+def slot_said(settings: Settings, outcome) -> str:
+    """The GPU slot a SAYS_SLOT version's worker printed (its stdout is the run's worker.log)."""
+    log = (Store(settings.store).artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
+    return log.split("slot", 1)[1].split()[0]
 
 
 def test_a_crash_beside_another_job_on_its_gpu_is_run_again_alone(scale_problem, version,
@@ -124,14 +125,9 @@ def test_slots_sharing_gpus_whose_memory_is_told_take_the_gpu_with_room(
     executor = krung.make_executor("local", gpus=["0", "1"], per_gpu=3)
     outcomes = list(executor.map([Job(str(scale_problem), str(v), rungs="static,compile")
                                   for v in versions], settings))
-    store = Store(settings.store)
-    slots = set()
-    for outcome in outcomes:
-        log = (store.artifacts_dir(outcome.run.run_id) / "worker.log").read_text()
-        if "slot" in Path(outcome.job.solution).stem:
-            slots.add(log.split("slot", 1)[1].split()[0])
-    assert slots == {"1"}
-    stems = [Path(r.solution).stem for r in store.history("scale")]
+    assert {slot_said(settings, outcome) for outcome in outcomes
+            if "slot" in Path(outcome.job.solution).stem} == {"1"}
+    stems = [Path(r.solution).stem for r in Store(settings.store).history("scale")]
     assert sorted(stems) == ["segv", "segv", "slot0", "slot1"]
 
 

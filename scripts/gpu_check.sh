@@ -5,6 +5,13 @@
 #                                  crashes), `krung suite` over 20 KernelBench level-1
 #                                  problems at declared sizes; one line in GPU_GATE.md.
 #                                  Every change to a GPU path passes it before it lands.
+#                                  Tests its limit cut short (killed, or not started: a slower
+#                                  machine) are "not finished", named in $OUT/gate-rest.txt:
+#                                  such a gate is completed by `gate-rest` in the next call on
+#                                  the same commit, and only then counts as passed.
+#   scripts/gpu_check.sh gate-rest the tests a gate did not finish (.gpu/gate-rest.txt, its
+#                                  $OUT/gate-rest.txt carried), each with the whole limit
+#                                  ($LIMIT, 540 s); its own line in GPU_GATE.md
 #   scripts/gpu_check.sh gate-tests  the gate's parts alone: its tests; its corpus and suite
 #   scripts/gpu_check.sh gate-runs   (to look at one part again without the rest)
 #   scripts/gpu_check.sh ladder    the `gpu` tests of the ladder and the built-in problems
@@ -42,6 +49,12 @@ gpu_tests() { python3 -m pytest -m gpu -p no:cacheprovider -rs -s --durations=15
 case "$part" in
   gate) python3 scripts/gpu_gate.py --sets "${SETS:-.gpu/problem_sets.tar.gz}" --out "$OUT" \
           --suite "${SUITE_N:-20}" 2>&1 | tee "$OUT/gate.log" ;;
+  gate-rest)
+    if [ ! -s .gpu/gate-rest.txt ]; then
+      echo "gate-rest needs .gpu/gate-rest.txt: the gate-rest.txt a gate brought back" >&2; exit 2
+    fi
+    python3 scripts/gpu_gate.py --rest .gpu/gate-rest.txt --out "$OUT" --limit "${LIMIT:-540}" \
+      2>&1 | tee "$OUT/gate.log" ;;
   # One part of the gate at a time.
   gate-tests) python3 scripts/gpu_gate.py --out "$OUT" --parts tests --limit "${LIMIT:-540}" \
           2>&1 | tee "$OUT/gate.log" ;;
@@ -120,5 +133,5 @@ PY
     sleep "${WAIT:-540}"
     cp "$run/out/sets.json" "$run/run.log" "$OUT/" 2>/dev/null
     grep -c '^\[' "$run/run.log"; tail -3 "$run/run.log" ;;
-  *) echo "unknown part $part: gate, ladder, verify, formats, inspect, dsls, bench, latency, suite, sets or sets-bg" >&2; exit 2 ;;
+  *) echo "unknown part $part: gate, gate-rest, gate-tests, gate-runs, ladder, verify, formats, inspect, dsls, bench, latency, suite, sets or sets-bg" >&2; exit 2 ;;
 esac

@@ -1,10 +1,14 @@
 """The GPU gate's own counting (scripts/gpu_gate.py), on a CPU: a chunk of tests is run by a
-real pytest and counted test by test from its verbose output, whatever each one's outcome."""
+real pytest and counted test by test from its verbose output, whatever each one's outcome;
+a test the gate's limit cut short is not finished, and `--rest` runs just those."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
+import subprocess
+import sys
 import textwrap
 
 from tests.conftest import REPO
@@ -48,3 +52,138 @@ def test_every_outcome_of_a_chunk_is_counted_expected_failures_and_skips_with_re
     counted = gate.run_tests(nodes, 0, tmp_path, limit_s=120)
     assert (counted["passed"], counted["skipped"], counted["failed"]) == (n + 1, 1, 2), counted
     assert any("test_fails" in f for f in counted["failures"]), counted
+
+
+def _chunk(folder, name, passing, fails=False, hangs=False, after=0):
+    """A test file: `passing` tests, then one that fails, one that runs past any limit and
+    `after` more, as asked; its nodes in order, as the gate names them."""
+    tests = {f"test_passes_{i}": f"assert {i} >= 0" for i in range(passing)}
+    tests |= {"test_fails": "assert False"} if fails else {}
+    tests |= {"test_runs_past_the_limit": "time.sleep(600)"} if hangs else {}
+    tests |= {f"test_after_{i}": "pass" for i in range(after)}
+    (folder / f"{name}.py").write_text("import time\n" + "".join(
+        f"\n\ndef {test}():\n    {body}\n" for test, body in tests.items()))
+    return [f"{folder / name}.py::{test}" for test in tests]
+
+
+NO_SUITE = {"problems": 0, "per_min": 0.0, "crashes": 0, "why": "not asked for"}
+
+
+def _rest(out):
+    return [line for line in (out / "gate-rest.txt").read_text().splitlines()
+            if not line.startswith("#")]
+
+
+def test_a_chunk_killed_at_the_limit_leaves_its_running_test_and_those_after_not_finished(
+        tmp_path):
+    """The gate's limit cut a chunk short: what passed before counts, the running test and
+    the ones after it are not finished (not failed), named in gate-rest.txt, and the gate
+    does not pass."""
+    gate = _gate()
+    passing, after = random.randint(1, 4), random.randint(0, 3)
+    nodes = _chunk(tmp_path, "test_killed", passing, hangs=True, after=after)
+    counted = gate.run_tests(nodes, 7, tmp_path, limit_s=6)
+    assert counted["not_finished"] == nodes[passing:], counted
+    assert (counted["passed"], counted["failed"], counted["failures"]) == (passing, 0, [])
+    assert "chunk 7 killed at the gate's limit" in (tmp_path / "tests07.log").read_text()
+
+    record = tmp_path / "GPU_GATE.md"
+    assert not gate.report([], [counted], NO_SUITE, tmp_path, 6.0, ["tests"], record=record)
+    assert record.read_text().rstrip().endswith(
+        f"gpu gate: {passing} passed, 0 failed, {after + 1} not finished")
+    assert _rest(tmp_path) == nodes[passing:]
+    said = (tmp_path / "gate.txt").read_text()
+    assert all(f"tests00 NOT FINISHED {node} (killed" in said for node in nodes[passing:])
+
+
+def test_a_failed_test_still_fails_and_a_chunk_out_of_time_is_not_finished(tmp_path):
+    """A test that failed is failed, beside tests the gate's time never started (not
+    finished); a gate with neither passes and leaves no gate-rest.txt behind."""
+    gate = _gate()
+    passing, late = random.randint(1, 3), random.randint(1, 4)
+    failing = gate.run_tests(_chunk(tmp_path, "test_fails", passing, fails=True), 0,
+                             tmp_path, limit_s=60)
+    never = _chunk(tmp_path, "test_late", late)
+    unstarted = gate.run_tests(never, 1, tmp_path, limit_s=0)
+    assert (failing["passed"], failing["failed"], failing["not_finished"]) == (passing, 1, [])
+    assert any("test_fails" in f for f in failing["failures"]), failing
+    assert (unstarted["failed"], unstarted["not_finished"]) == (0, never)
+
+    record = tmp_path / "GPU_GATE.md"
+    assert not gate.report([], [failing, unstarted], NO_SUITE, tmp_path, 1.0, ["tests"],
+                           record=record)
+    assert record.read_text().rstrip().endswith(
+        f"gpu gate: {passing} passed, 1 failed, {late} not finished")
+    assert _rest(tmp_path) == never  # the failed one is not the rest's to run again
+
+    passes = gate.run_tests(_chunk(tmp_path, "test_passes", passing), 2, tmp_path, 60)
+    assert gate.report([], [passes], NO_SUITE, tmp_path, 1.0, ["tests"], record=record)
+    assert not (tmp_path / "gate-rest.txt").exists()
+
+
+def test_pytests_durations_are_learned_and_the_longest_chunks_start_first(tmp_path):
+    """Each test's seconds from pytest's --durations lines (as a gate's tests.log holds
+    them), learned into a table; by it, the chunks start the longest first, Nsight
+    Compute's still before all, a test the table does not know at its file's mean."""
+    gate = _gate()
+    sleeps = random.sample([0.05, 0.3, 0.55, 0.8], 4)
+    for i, s in enumerate(sleeps):
+        (tmp_path / f"test_f{i}.py").write_text(
+            f"import time\n\n\ndef test_sleeps():\n    time.sleep({s})\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
+                           "--durations=0", "--rootdir", str(tmp_path), str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    log = tmp_path / "tests.log"
+    log.write_text(f"===== tests00.log\n{done.stdout}\n===== tests01.log\n(killed)\n")
+    table = tmp_path / "durations.json"
+    table.write_text(json.dumps({"test_old.py::test_kept": 12.5}))
+    learned = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_gate.py"),
+                              "--learn-durations", str(log), "--durations", str(table)],
+                             capture_output=True, text=True, timeout=60)
+    assert learned.returncode == 0, learned.stderr
+    durations = json.loads(table.read_text())
+    assert durations == {**gate.parse_durations(done.stdout), "test_old.py::test_kept": 12.5}
+    nodes = [f"test_f{i}.py::test_sleeps" for i in range(len(sleeps))]
+    assert all(durations[n] >= s for n, s in zip(nodes, sleeps, strict=True)), durations
+
+    ncu = random.choice(nodes)
+    new = "test_old.py::test_new"  # its file's mean: 12.5 s, before all the sleeps
+    chunks = gate.chunked([*nodes, new], [ncu], durations)
+    by_sleep = [n for _, n in sorted(zip(sleeps, nodes, strict=True), reverse=True)]
+    assert chunks == [[ncu], [new], *[[n] for n in by_sleep if n != ncu]], chunks
+    assert gate.seconds("test_unknown.py::test_x", durations) == gate.UNKNOWN_S
+
+
+def test_the_committed_durations_are_of_the_gates_own_tests():
+    gate = _gate()
+    durations = gate.read_durations(gate.DURATIONS)
+    assert durations and all(s > 0 for s in durations.values())
+    assert {n.split("::")[0] for n in durations} <= set(gate.TEST_FILES)
+
+
+def test_rest_runs_exactly_the_nodes_of_its_file_and_records_its_line(tmp_path):
+    """`--rest FILE` runs the nodes a gate left, no others, with the whole limit: its own
+    line (a failed one still fails, one killed again is not finished and named for the next
+    rest) in GPU_GATE.md and GPU_GATE.line; a rest file of another commit is refused."""
+    gate = _gate()
+    passing = random.randint(1, 4)
+    listed = _chunk(tmp_path, "test_rest", passing, fails=True)
+    (tmp_path / "test_rest.py").write_text((tmp_path / "test_rest.py").read_text()
+                                           + "\n\ndef test_not_listed():\n    assert False\n")
+    hangs = _chunk(tmp_path, "test_hangs", 0, hangs=True)
+    rest = tmp_path / "gate-rest.txt"
+    rest.write_text(f"# commit: {gate._commit()}\n" + "\n".join([*listed, *hangs]) + "\n")
+    out, record = tmp_path / "out", tmp_path / "GPU_GATE.md"
+    command = [sys.executable, str(REPO / "scripts" / "gpu_gate.py"), "--rest", str(rest),
+               "--device", "cpu", "--limit", "8", "--out", str(out), "--record", str(record)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    line = f"gpu gate rest: {passing} passed, 1 failed, 1 not finished"
+    assert done.returncode == 1 and done.stdout.rstrip().endswith(line), done.stdout
+    assert record.read_text().rstrip().endswith(line)
+    assert (out / "GPU_GATE.line").read_text().rstrip().endswith(line)
+    assert _rest(out) == hangs
+    assert "test_not_listed" not in (out / "tests.log").read_text()
+
+    rest.write_text("# commit: 0000000\n" + "\n".join(listed) + "\n")
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "the rest of the gate at 0000000" in refused.stderr

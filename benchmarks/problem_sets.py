@@ -24,12 +24,15 @@ The sets travel as one small tarball (the GPU machine has no network):
 S` starts no problem after S seconds: the whole sets at declared sizes, over several device
 calls of ten minutes each. GPU MODE's quick problems run first, then KernelBench, then the
 problems whose authors give a submission more than six minutes, each given that time (its
-task.yml's test and benchmark timeouts) where it is more than `--timeout`. The rungs are krung's default ladder (benchmark and artifacts
-included) unless `--rungs` names others. The runs take their judges warm from a krung service
-on the run's store (`--no-service`: each starts its own, as a first `krung run` does), and
-KernelBench's own check runs where krung did not pass the baseline (`--kernelbench-check`),
-since it is there to explain a failure: both spare a device call the seconds of starting
-torch and CUDA again per problem.
+task.yml's test and benchmark timeouts) where it is more than `--timeout`. With `--jobs N` on a
+GPU whose memory nvidia-smi tells, a job starts only where its problem's device memory fits
+beside the jobs at work (krung.host.scale.gpu_memory, as krung's own suites share a GPU): at
+declared sizes, level 1's 6 GiB inputs run a GPU out of memory three at once. The rungs are
+krung's default ladder (benchmark and artifacts included) unless `--rungs` names others. The
+runs take their judges warm from a krung service on the run's store (`--no-service`: each
+starts its own, as a first `krung run` does), and KernelBench's own check runs where krung
+did not pass the baseline (`--kernelbench-check`), since it is there to explain a failure:
+both spare a device call the seconds of starting torch and CUDA again per problem.
 GPU MODE's problems make their data on `cuda`; on a CPU they fail to load, saying so.
 `--cuda-as-cpu` runs a copy whose `"cuda"` literals read `"cpu"`: not the problems as they
 are, but a check of krung's handling of them on a machine without a GPU.
@@ -52,10 +55,17 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from krung.host.scale.gpu_memory import (
+    GpuMemory,
+    declared_needs_mib,
+    gpu_memory_mib,
+    measured_need_mib,
+)
 
 KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
 LEVELS = ("level1", "level2", "level3")
@@ -250,6 +260,100 @@ def _write(path: Path, text: str) -> Path:
 def _numbered(path: Path) -> tuple[int, str]:
     match = re.match(r"(\d+)_", path.name)
     return (int(match.group(1)) if match else 1 << 30, path.name)
+
+
+# Taking turns on the GPU.
+
+def shared_gpu(args: argparse.Namespace, jobs: list[Job],
+               kept: dict[tuple[str, str, str], Row]) -> GpuMemory | None:
+    """The memory of the GPU that `--jobs` runs at once share, where nvidia-smi tells it
+    (None: the plain pool, for runs on the CPU, one job at a time, or no GPU told). A
+    problem's need is what an earlier row of it measured (the rows --resume keeps), else its
+    declared bytes (KernelBench at declared sizes), else one job's share of the GPU; the rows
+    of this run teach the rest (Turns.give_back)."""
+    if args.jobs < 2 or args.device == "cpu":
+        return None
+    # krung's runs use the first GPU they see
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    sizes = gpu_memory_mib([gpu])
+    if not sizes:
+        return None
+    paths = {(job.family, job.problem): str(job.path) for job in jobs}
+    measured: dict[str, float] = {}
+    for row in kept.values():
+        need = measured_need_mib(gpu_peaks(row))
+        path = paths[(row.family, row.problem)]
+        if need is not None:
+            measured[path] = max(need, measured.get(path, 0.0))
+    # Declared sizes are the problem's own: a scaled run's are smaller
+    unmeasured = sorted({str(job.path) for job in jobs if job.family == "kernelbench"
+                         and _key(job) not in kept} - measured.keys()) if args.scale == 1 else []
+    declared = declared_needs_mib(unmeasured)
+    print(f"{args.jobs} jobs at once share GPU {gpu}'s {sizes[gpu]:.0f} MiB: needs measured "
+          f"for {len(measured)} problems, declared for {len(declared)}, 1/{args.jobs} of "
+          "the GPU for the rest", flush=True)
+    return GpuMemory(sizes, args.jobs, {**declared, **measured})
+
+
+def gpu_peaks(row: Row) -> dict[str, float | None]:
+    """A row's device peaks, as krung's run env names them."""
+    return {"judge_device_peak_mib": row.judge_gpu_mib,
+            "worker_device_peak_mib": row.worker_gpu_mib}
+
+
+class Turns:
+    """The jobs' turns to start, in running order, `at_once` at a time. With a GPU's memory,
+    a job starts only where its problem's need fits beside the jobs at work (an empty GPU
+    takes any: one bigger than the GPU runs alone), and the jobs behind one that waits for
+    room start meanwhile; without, the plain pool."""
+
+    def __init__(self, jobs: dict[int, Job], memory: GpuMemory | None):
+        self.waiting = list(jobs)  # indices into the run's jobs, in running order
+        self.problems = {index: str(job.path) for index, job in jobs.items()}
+        self.memory = memory
+        self._gpu = next(iter(memory.total), "") if memory else ""
+        self._changed = threading.Condition()
+
+    def run(self, at_once: int, one: Callable[[int], Row | None]) -> None:
+        """Every job run by `one` (its row, None where it did not run) in its turn, by
+        `at_once` threads."""
+        def taking_turns() -> None:
+            while (index := self.take()) is not None:
+                row = None
+                try:
+                    row = one(index)
+                finally:
+                    self.give_back(index, row)
+
+        with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
+            for thread in [pool.submit(taking_turns) for _ in range(at_once)]:
+                thread.result()
+
+    def take(self) -> int | None:
+        """The first waiting job that may start now, taken (waiting while none may); None
+        once every job is taken."""
+        with self._changed:
+            while self.waiting:
+                index = next((i for i in self.waiting if self._room_for(i)), None)
+                if index is not None:
+                    self.waiting.remove(index)
+                    return index
+                self._changed.wait()
+        return None
+
+    def _room_for(self, index: int) -> bool:
+        """Whether the job may start now; its room taken where it may."""
+        return self.memory is None or self.memory.take(self.problems[index]) is not None
+
+    def give_back(self, index: int, row: Row | None) -> None:
+        """The job's room, its run over; what its row measured is its problem's need from
+        now on (the most known)."""
+        if self.memory is None:
+            return
+        with self._changed:
+            self.memory.give_back(self._gpu, self.problems[index],
+                                  gpu_peaks(row) if row is not None else {})
+            self._changed.notify_all()
 
 
 # Running one job.
@@ -511,8 +615,8 @@ def main() -> None:
     running.add_argument("--wrong", type=int, default=1,
                          help="a wrong version for every Nth problem (0: none)")
     running.add_argument("--jobs", type=int, default=1,
-                         help="problems run at once (on one GPU, level 1's 6 GiB tensors "
-                              "run out of its memory at 8)")
+                         help="problems run at once, at most: on a GPU, each starts where "
+                              "its device memory fits beside the others")
     running.add_argument("--timeout", type=float, default=1800.0,
                          help="seconds per run (more where a GPU MODE task gives more)")
     running.add_argument("--kernelbench-check", choices=("failed", "all", "none"),
@@ -575,13 +679,11 @@ def main() -> None:
         started = time.monotonic()
         left_out = []
 
-        def one(index: int) -> None:
+        def one(index: int) -> Row | None:
             job = jobs[index]
-            if rows[index] is not None:  # measured by an earlier run (--resume)
-                return
             if args.stop_after and time.monotonic() - started > args.stop_after:
                 left_out.append(job)
-                return
+                return None
             row = run_job(job, args, store)
             if (job.family == "kernelbench" and job.version == "baseline"
                     and (args.kernelbench_check == "all"
@@ -594,10 +696,13 @@ def main() -> None:
                 print(f"[{len(done)}/{len(jobs)}] {row.problem} {row.version}: "
                       f"{'ok' if row.ok else 'NOT MET'} ({row.verdict}) {row.wall_s:g} s "
                       f"{row.error_type} {row.explanation[:160]}", flush=True)
+            return row
 
-        with warm_judges(args, store), \
-                concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            list(pool.map(one, range(len(jobs))))
+        # the rows an earlier run measured (--resume) are kept, the rest run in turns
+        turns = Turns({i: job for i, job in enumerate(jobs) if rows[i] is None},
+                      shared_gpu(args, jobs, kept))
+        with warm_judges(args, store):
+            turns.run(max(1, args.jobs), one)
         if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone
             for index, row in enumerate(rows):
                 if (row is not None and not row.ok and row.problem not in kept_problems

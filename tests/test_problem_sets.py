@@ -1,0 +1,255 @@
+"""benchmarks/problem_sets.py's jobs at once on one GPU: each starts only where its problem's
+device memory fits beside the jobs at work (krung.host.scale.gpu_memory), in running order as
+far as memory allows; without a GPU, the plain pool. The GPU is a stand-in nvidia-smi (this
+machine has none); the jobs' needs are what earlier rows measured, or KernelBench's declared
+bytes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from benchmarks import problem_sets as sets
+
+from krung.host.scale.gpu_memory import CONTEXTS_MIB, HEADROOM
+from tests.conftest import KERNELBENCH, REPO
+from tests.test_gpu_memory import kernelbench_problem
+
+H100_MIB = 81_559.0  # what nvidia-smi tells of an 80 GB H100
+USABLE = H100_MIB * HEADROOM
+SETTLE_S = 0.3  # how long a job that must not start is given to start all the same
+
+
+@pytest.fixture
+def gpu(tmp_path, monkeypatch) -> None:
+    """An 80 GB GPU 0, as a stand-in nvidia-smi on PATH tells it."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\nprintf '0, {H100_MIB:.0f}\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def run_args(jobs: int, device: str = "auto", scale: float = 1.0) -> argparse.Namespace:
+    return argparse.Namespace(jobs=jobs, device=device, scale=scale)
+
+
+def measured(needs_mib: list[float]) -> tuple[list[sets.Job], dict]:
+    """A wrong version's job for each need, and the kept baseline row of its problem that
+    measured it (judge and worker peaks, split at random, plus the contexts)."""
+    jobs, kept = [], {}
+    for number, need in enumerate(needs_mib):
+        name = f"level1/{number}_p"
+        jobs.append(sets.Job("kernelbench", name, Path(f"/sets/{number}_p.py"), "wrong",
+                             sets.REJECT))
+        judge = random.uniform(0.2, 0.8) * (need - CONTEXTS_MIB)
+        kept[("kernelbench", name, "baseline")] = sets.Row(
+            "kernelbench", name, "baseline", sets.PASS, judge_gpu_mib=judge,
+            worker_gpu_mib=need - CONTEXTS_MIB - judge)
+    return jobs, kept
+
+
+class Recorder:
+    """The jobs' `one`: each start, with the jobs at work beside it, and (where `held`) the
+    job kept at work until the test lets it go."""
+
+    def __init__(self, held: bool = False, seconds: tuple[float, float] = (0.0, 0.0)):
+        self.held, self.seconds = held, seconds
+        self.started: list[tuple[int, frozenset[int]]] = []
+        self.at_work: set[int] = set()
+        self._lock = threading.Lock()
+        self._go: dict[int, threading.Event] = {}
+
+    def __call__(self, index: int) -> None:
+        with self._lock:
+            self.started.append((index, frozenset(self.at_work)))
+            self.at_work.add(index)
+            go = self._go.setdefault(index, threading.Event())
+        if self.held:
+            go.wait(30)
+        else:
+            time.sleep(random.uniform(*self.seconds))
+        with self._lock:  # before its room is given back
+            self.at_work.discard(index)
+
+    def let_go(self, *indices: int) -> None:
+        for index in indices:
+            with self._lock:
+                self._go.setdefault(index, threading.Event()).set()
+
+    def at_work_now(self, expected: set[int]) -> None:
+        """Wait for `expected` to be the jobs at work, then that it stays so a while."""
+        deadline = time.monotonic() + 10
+        while self.at_work != expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(SETTLE_S)
+        assert self.at_work == expected
+
+
+def in_background(turns: sets.Turns, at_once: int, one: Recorder) -> threading.Thread:
+    thread = threading.Thread(target=turns.run, args=(at_once, one), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_jobs_at_once_never_need_more_than_the_gpus_memory(gpu):
+    """Many jobs of random needs on an 80 GB GPU, each at work a random while: never more
+    than --jobs at once, nor more memory than the GPU has (but one bigger than the GPU,
+    alone); every job runs once, and they do share."""
+    at_once = random.randint(2, 4)
+    needs = [random.uniform(0.05, 1.2) * USABLE for _ in range(random.randint(20, 30))]
+    jobs, kept = measured(needs)
+    memory = sets.shared_gpu(run_args(at_once), jobs, kept)
+    assert memory is not None and memory.total["0"] == pytest.approx(USABLE)
+    one = Recorder(seconds=(0.005, 0.05))
+    sets.Turns(dict(enumerate(jobs)), memory).run(at_once, one)
+    assert sorted(index for index, _ in one.started) == list(range(len(jobs)))
+    for index, beside in one.started:
+        at_work = [needs[i] for i in beside | {index}]
+        assert len(at_work) <= at_once
+        assert len(at_work) == 1 or sum(at_work) <= USABLE * (1 + 1e-9), (index, beside)
+    assert any(beside for _, beside in one.started)
+    assert memory.free("0") == pytest.approx(USABLE)  # all given back
+
+
+def test_a_job_that_waits_for_room_lets_the_ones_behind_pass_and_starts_first(gpu):
+    """Three at once: of two big jobs the second waits for the first, while the small ones
+    behind it start beside; once the first ends, the second starts before the later small
+    one that waits for a slot."""
+    big = [random.uniform(0.55, 0.7) * USABLE for _ in range(2)]
+    small = [random.uniform(0.02, 0.1) * USABLE for _ in range(4)]
+    jobs, kept = measured(big + small)  # 0, 1 big; 2 to 5 small
+    one = Recorder(held=True)
+    thread = in_background(sets.Turns(dict(enumerate(jobs)),
+                                      sets.shared_gpu(run_args(3), jobs, kept)), 3, one)
+    one.at_work_now({0, 2, 3})  # 1 waits for room, 4 and 5 for a slot
+    one.let_go(2)
+    one.at_work_now({0, 3, 4})  # a slot: still no room for 1
+    one.let_go(0)
+    one.at_work_now({1, 3, 4})  # room for 1, before 5
+    one.let_go(3)
+    one.at_work_now({1, 4, 5})
+    one.let_go(1, 4, 5)
+    thread.join(10)
+    assert not thread.is_alive()
+    order = [index for index, _ in one.started]  # the first three start at once
+    assert set(order[:3]) == {0, 2, 3} and order[3:] == [4, 1, 5]
+
+
+def test_a_job_bigger_than_the_gpu_runs_alone(gpu):
+    huge = random.uniform(1.05, 3) * H100_MIB
+    jobs, kept = measured([random.uniform(0.02, 0.2) * USABLE, huge,
+                           random.uniform(0.02, 0.2) * USABLE])
+    one = Recorder(held=True)
+    thread = in_background(sets.Turns(dict(enumerate(jobs)),
+                                      sets.shared_gpu(run_args(3), jobs, kept)), 3, one)
+    one.at_work_now({0, 2})  # the one behind the huge one passes it
+    one.let_go(0)
+    one.at_work_now({2})  # not beside a small one
+    one.let_go(2)
+    one.at_work_now({1})
+    one.let_go(1)
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_without_a_gpu_the_jobs_run_in_the_plain_pool(gpu, tmp_path, monkeypatch):
+    """On the CPU, one at a time, or where nvidia-smi tells no GPU, the needs are not asked:
+    --jobs start at once, in order, however big."""
+    jobs, kept = measured([random.uniform(0.6, 3) * USABLE for _ in range(5)])
+    assert sets.shared_gpu(run_args(3, device="cpu"), jobs, kept) is None
+    assert sets.shared_gpu(run_args(1), jobs, kept) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # sees no GPU
+    assert sets.shared_gpu(run_args(3), jobs, kept) is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    (tmp_path / "none").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))  # no nvidia-smi
+    assert sets.shared_gpu(run_args(3), jobs, kept) is None
+    one = Recorder(held=True)
+    thread = in_background(sets.Turns(dict(enumerate(jobs)), None), 3, one)
+    one.at_work_now({0, 1, 2})
+    one.let_go(1)
+    one.at_work_now({0, 2, 3})
+    one.let_go(0, 2, 3, 4)
+    thread.join(10)
+    order = [index for index, _ in one.started]
+    assert set(order[:3]) == {0, 1, 2} and order[3:] == [3, 4]
+
+
+def test_a_need_is_what_an_earlier_row_measured_else_the_declared_bytes(gpu, tmp_path):
+    """A problem an earlier row measured (--resume keeps it) needs what that row measured,
+    the most of its rows; a KernelBench problem not measured, its declared bytes (at declared
+    sizes only: a scaled run's are smaller); one neither tells, a slot's share; and a row of
+    this run teaches its problem's need."""
+    rng = random.Random()
+    told, told_bytes = kernelbench_problem(tmp_path, "told", rng)
+    measured_path, _ = kernelbench_problem(tmp_path, "measured", rng)
+    jobs, kept = measured([rng.uniform(0.1, 0.5) * USABLE for _ in range(2)])
+    jobs[0].path = jobs[1].path = measured_path  # one problem, two rows
+    jobs.append(sets.Job("kernelbench", "level1/told", told, "baseline", sets.PASS))
+    jobs.append(sets.Job("gpumode", "pmpp/vectoradd", tmp_path, "baseline", sets.PASS))
+    rows = list(kept.values())
+    most = max(sets.measured_need_mib(sets.gpu_peaks(row)) for row in rows)
+    memory = sets.shared_gpu(run_args(2), jobs, kept)
+    assert memory is not None
+    assert memory.needs == {str(measured_path): pytest.approx(most),
+                            str(told): pytest.approx(2 * told_bytes / 2**20 + CONTEXTS_MIB)}
+    assert memory.need("0", str(tmp_path)) == pytest.approx(USABLE / 2)
+    scaled = sets.shared_gpu(run_args(2, scale=0.5), jobs, kept)
+    assert scaled is not None and scaled.needs == {str(measured_path): pytest.approx(most)}
+    turns = sets.Turns({3: jobs[3]}, memory)
+    assert turns.take() == 3 and turns.take() is None
+    gpu_mode = sets.Row("gpumode", "pmpp/vectoradd", "baseline", sets.PASS,
+                        judge_gpu_mib=rng.uniform(100, 9000), worker_gpu_mib=None)
+    turns.give_back(3, gpu_mode)
+    assert memory.needs[str(tmp_path)] == pytest.approx(gpu_mode.judge_gpu_mib + CONTEXTS_MIB)
+
+
+def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_path):
+    """The script itself, on a stand-in GPU (its runs on the CPU): --resume keeps the
+    baseline an earlier run measured, whose need is known from then on, runs again the one
+    that ran out of memory, beside one not run before; --stop-after still leaves the rest for
+    later."""
+    level1 = tmp_path / "sets" / "KernelBench" / "KernelBench" / "level1"
+    level1.mkdir(parents=True)
+    (tmp_path / "sets" / "reference-kernels" / "problems").mkdir(parents=True)
+    names = random.sample(["1_ReLU", "2_RowSoftmax", "3_Linear", "4_LayerNorm"], 3)
+    for name in names:
+        (level1 / f"{name}.py").write_text((KERNELBENCH / f"{name}.py").read_text())
+    measured_row, out_of_memory = (
+        asdict(sets.Row("kernelbench", f"level1/{name}", "baseline", sets.PASS, ok=True,
+                        verdict="passed", judge_gpu_mib=random.uniform(0.2, 0.4) * USABLE,
+                        worker_gpu_mib=random.uniform(0.1, 0.3) * USABLE))
+        for name in names[:2])
+    out_of_memory.update(ok=False, verdict="failed", judge_gpu_mib=None, worker_gpu_mib=None,
+                         error_type="OutOfMemoryError", explanation="CUDA out of memory.")
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps([measured_row, out_of_memory]))
+    command = [sys.executable, str(REPO / "benchmarks" / "problem_sets.py"), "run",
+               str(tmp_path / "sets"), "--gpumode", "none", "--levels", "1", "--wrong", "0",
+               "--rungs", "static", "--no-service", "--jobs", "2", "--out", str(out),
+               "--resume", "--scale", "0.5"]  # scaled: no declared bytes to tell (seconds)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    later = subprocess.run([*command, "--stop-after", "0.001"], capture_output=True,
+                           text=True, timeout=60, env=env, cwd=tmp_path)
+    assert "2 jobs at once share GPU 0's 81559 MiB: needs measured for 1 problems" \
+        in later.stdout, later.stdout + later.stderr
+    assert "2 not started (--stop-after" in later.stdout
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {row["problem"]: row for row in json.loads(out.read_text())}
+    assert set(rows) == {f"level1/{name}" for name in names}
+    assert rows[f"level1/{names[0]}"] == measured_row  # kept
+    assert rows[f"level1/{names[1]}"]["verdict"] == "passed"  # run again
+    assert rows[f"level1/{names[2]}"]["verdict"] == "passed"

@@ -126,7 +126,9 @@ PY
   sets-bg)
     run=/tmp/krung-sets
     if [ ! -d "$run" ]; then  # the first call on this machine (a fresh one resumes .gpu/sets.json)
-      mkdir -p "$run/out" && cp -r . "$run/krung"
+      # What the sets need, not the whole tree with whatever earlier parts left in it
+      mkdir -p "$run/out" "$run/krung" &&
+        cp -r src scripts benchmarks problems pyproject.toml .gpu "$run/krung/"
       (cd "$run/krung" && setsid nohup env OUT="$run/out" STOP_AFTER=0 scripts/gpu_check.sh sets \
          > "$run/run.log" 2>&1 < /dev/null &)
     fi

@@ -6,10 +6,11 @@
 #                                  problems at declared sizes; one line in GPU_GATE.md.
 #                                  Every change to a GPU path passes it before it lands.
 #                                  Tests its limit cut short (killed, or not started: a slower
-#                                  machine) are "not finished", named in $OUT/gate-rest.txt:
+#                                  machine) and corpus runs not started are "not finished",
+#                                  named in $OUT/gate-rest.txt:
 #                                  such a gate is completed by `gate-rest` in the next call on
 #                                  the same commit, and only then counts as passed.
-#   scripts/gpu_check.sh gate-rest the tests a gate did not finish (.gpu/gate-rest.txt, its
+#   scripts/gpu_check.sh gate-rest what a gate did not finish (.gpu/gate-rest.txt, its
 #                                  $OUT/gate-rest.txt carried), each with the whole limit
 #                                  ($LIMIT, 540 s); its own line in GPU_GATE.md
 #   scripts/gpu_check.sh gate-tests  the gate's parts alone: its tests; its corpus and suite

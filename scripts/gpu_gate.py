@@ -19,10 +19,11 @@ benchmarks/GPU_GATE.md (and to $OUT/GPU_GATE.line, since a device call's copy of
 repository does not come back). `--parts` runs some of the three; the line then names the
 parts it covers.
 
-A test killed at the gate's limit, or never started for lack of time, is not finished: not
-failed (on a slower machine the same tests pass later), not passed either. The gate names
-them in $OUT/gate-rest.txt and does not pass; `--rest` runs just those, with the whole limit,
-in the next device call on the same commit, and prints and records its own line
+A test killed at the gate's limit, or a test or corpus run never started for lack of time,
+is not finished: not failed (on a slower machine the same ones pass later), not passed
+either. The gate names them in $OUT/gate-rest.txt and does not pass; `--rest` runs just
+those, with the whole limit, in the next device call on the same commit, and prints and
+records its own line
 (`gpu gate rest: N passed, M failed, U not finished`): only then has the gate passed.
 
     python3 scripts/gpu_gate.py --sets .gpu/problem_sets.tar.gz --out /tmp/krung-gate
@@ -104,7 +105,7 @@ CRASH_MARKS = re.compile(r"Segmentation fault|Fatal Python error|MULTIPLE_SUBSCR
 MISSING = ("cutedsl", "tilelang")  # DSLs whose wheels a plain device call does not carry
 PARTS = ("tests", "corpus", "suite")
 RECORD = REPO / "benchmarks" / "GPU_GATE.md"  # every gate's last line
-REST = "gate-rest.txt"  # the tests a gate did not finish, in its $OUT, for `--rest`
+REST = "gate-rest.txt"  # the tests and corpus runs a gate did not finish, for `--rest`
 
 
 def corpus(count: int) -> list[tuple[str, str, bool]]:
@@ -127,6 +128,31 @@ def corpus(count: int) -> list[tuple[str, str, bool]]:
     turns = [job for group in itertools.zip_longest(native, kernelbench, gpumode)
              for job in group if job is not None]
     return turns[:count]
+
+
+CORPUS = "corpus"  # a rest file's line for a corpus run: corpus MODE PASSES PROBLEM VERSION
+
+
+def interleaved(jobs: list[tuple[str, str, bool, str]]) -> list[tuple[str, str, bool, str]]:
+    """Cold and warm runs (the jobs' two halves) in turn, the warm ones half a turn later,
+    so that one version's two runs (vector_add's 1 GiB tensors: 15 GiB a run) do not share
+    the GPU at once."""
+    cold, warm = jobs[:len(jobs) // 2], jobs[len(jobs) // 2:]
+    warm = warm[len(warm) // 2 + 1:] + warm[:len(warm) // 2 + 1]
+    return [j for pair in zip(cold, warm, strict=True) for j in pair]
+
+
+def corpus_line(job: tuple[str, str, bool, str]) -> str:
+    """A corpus run as a rest file's line (paths from the repository's root, which a device
+    call's copy may have elsewhere)."""
+    problem, version, passes, mode = job
+    where = [str(Path(p).resolve().relative_to(REPO)) for p in (problem, version)]
+    return " ".join([CORPUS, mode, "pass" if passes else "fail", *where])
+
+
+def corpus_job(line: str) -> tuple[str, str, bool, str]:
+    _, mode, passes, problem, version = line.split()
+    return str(REPO / problem), str(REPO / version), passes == "pass", mode
 
 
 def crash_marks(run_dir: Path) -> list[str]:
@@ -404,7 +430,8 @@ def main() -> None:
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"which of {', '.join(PARTS)} to run (comma-separated)")
     parser.add_argument("--rest", type=Path, metavar="FILE",
-                        help=f"run only the tests a gate did not finish (its $OUT/{REST})")
+                        help=f"run only the tests and corpus runs a gate did not finish (its "
+                             f"$OUT/{REST})")
     parser.add_argument("--durations", type=Path, default=DURATIONS,
                         help="each test's seconds, to start the longest chunks first")
     parser.add_argument("--learn-durations", type=Path, metavar="LOG",
@@ -416,16 +443,21 @@ def main() -> None:
         learned = learn_durations(args.learn_durations, args.durations)
         print(f"{len(learned)} tests' seconds in {args.durations}")
         return
-    parts = ["tests"] if args.rest else [p for p in args.parts.split(",") if p]
+    rest = read_rest(args.rest, parser.error) if args.rest else None
+    rest_runs = [corpus_job(n) for n in rest or [] if n.startswith(CORPUS + " ")]
+    if rest is not None:
+        rest = [n for n in rest if not n.startswith(CORPUS + " ")]
+        parts = ["tests"] * bool(rest) + ["corpus"] * bool(rest_runs)
+    else:
+        parts = [p for p in args.parts.split(",") if p]
     if not parts or set(parts) - set(PARTS):
         parser.error(f"--parts takes some of {', '.join(PARTS)}, comma-separated")
-    rest = read_rest(args.rest, parser.error) if args.rest else None
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "corpus.jsonl").unlink(missing_ok=True)  # this gate's rows only
     scratch = Path(tempfile.mkdtemp(prefix="krung-gate-"))
     started = time.monotonic()
-    versions = corpus(args.runs // 2) if "corpus" in parts else []
-    jobs = [(p, v, ok, mode) for mode in ("cold", "warm") for p, v, ok in versions]
+    versions = corpus(args.runs // 2) if "corpus" in parts and args.rest is None else []
+    jobs = rest_runs or [(p, v, ok, mode) for mode in ("cold", "warm") for p, v, ok in versions]
     rows: list[dict] = []
     lock = threading.Lock()
 
@@ -433,8 +465,8 @@ def main() -> None:
         left = args.limit - (time.monotonic() - started)
         row = {"problem": Path(job[0]).name, "version": Path(job[1]).name, "mode": job[3],
                "as_expected": False, "crash": False}
-        if left <= 0:  # out of time: not run, said so
-            row["skipped"] = "out of the gate's time"
+        if left <= 0:  # out of time: not run, left for `--rest`
+            row.update(skipped="out of the gate's time", not_finished=corpus_line(job))
         else:  # a CUDA C++ build beside the tests takes minutes: slow, not hung
             try:
                 row = ladder_run(*job, scratch, args.device, min(RUN_LIMIT_S, max(60, left)))
@@ -457,12 +489,7 @@ def main() -> None:
     with (concurrent.futures.ThreadPoolExecutor(args.test_workers) as test_pool,
           concurrent.futures.ThreadPoolExecutor(2 * args.jobs) as corpus_pool):
         tests = [test_pool.submit(chunk, i, nodes) for i, nodes in enumerate(chunks)]
-        # Cold and warm runs interleaved, `jobs` of each at a time; the warm ones half a turn
-        # later, so that one version's two runs (vector_add's 1 GiB tensors: 15 GiB a run)
-        # do not share the GPU at once.
-        cold, warm = jobs[:len(jobs) // 2], jobs[len(jobs) // 2:]
-        warm = warm[len(warm) // 2 + 1:] + warm[:len(warm) // 2 + 1]
-        list(corpus_pool.map(one, [j for pair in zip(cold, warm, strict=True) for j in pair]))
+        list(corpus_pool.map(one, rest_runs or interleaved(jobs)))
         test_results = [t.result() for t in tests]
     gather_logs(args.out, "tests*.log", "tests.log")  # one file: a device call returns few
     if "suite" not in parts:
@@ -508,6 +535,10 @@ def report(rows: list[dict], tests: list[dict], suite: dict, out: Path, wall_s: 
     and name the tests it did not finish in $OUT/gate-rest.txt; whether it passed: nothing
     failed, no crash, every test finished."""
     lines = []
+    left = [r for r in rows if r.get("not_finished")]  # corpus runs the clock left
+    rows = [r for r in rows if not r.get("not_finished")]
+    lines += [f"corpus NOT FINISHED {r['mode']} {r['problem']} {r['version']} ({r['skipped']})"
+              for r in left]
     for row in sorted(rows, key=lambda r: (r["as_expected"], r["problem"])):
         if not row["as_expected"]:
             lines.append(f"corpus NOT AS EXPECTED {row['mode']} {row['problem']} "
@@ -519,6 +550,7 @@ def report(rows: list[dict], tests: list[dict], suite: dict, out: Path, wall_s: 
         lines += [f"tests{index:02d} NOT FINISHED {name} ({chunk['why']})"
                   for name in chunk["not_finished"]]
     unfinished = [name for chunk in tests for name in chunk["not_finished"]]
+    unfinished += [r["not_finished"] for r in left]
     lines += [f"suite not correct: {line}" for line in suite.get("not_correct", [])]
     lines += [f"suite crash mark: {m}" for m in suite.get("marks", [])]
     by_mode = {m: [r for r in rows if r["mode"] == m] for m in ("cold", "warm")}
@@ -542,14 +574,14 @@ def report(rows: list[dict], tests: list[dict], suite: dict, out: Path, wall_s: 
               + suite_failed)
     crashes = sum(r["crash"] for r in rows) + suite["crashes"]
     counts = [f"{passed} passed", f"{failed} failed"]
-    counts += [f"{len(unfinished)} not finished"] * ("tests" in parts)
+    counts += [f"{len(unfinished)} not finished"] * bool({"tests", "corpus"} & set(parts))
     counts += [f"{crashes} krung crashes"] * bool({"corpus", "suite"} & set(parts))
     counts += [f"suite {suite['per_min']} problems/min"] * ("suite" in parts)
     last = f"{title}: {', '.join(counts)}"
     if unfinished:  # the next device call, on this commit, finishes them (gpu_check.sh gate-rest)
         (out / REST).write_text(f"# not finished in the {title} ({len(unfinished)})\n"
                                 f"# commit: {_commit()}\n" + "\n".join(unfinished) + "\n")
-        lines.append(f"{len(unfinished)} tests not finished, in {out / REST}: carry it as "
+        lines.append(f"{len(unfinished)} tests or runs not finished, in {out / REST}: carry it as "
                      f".gpu/{REST} and run scripts/gpu_check.sh gate-rest on this commit")
     else:
         (out / REST).unlink(missing_ok=True)

@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from tests.conftest import REPO
 
@@ -187,3 +188,37 @@ def test_rest_runs_exactly_the_nodes_of_its_file_and_records_its_line(tmp_path):
     rest.write_text("# commit: 0000000\n" + "\n".join(listed) + "\n")
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "the rest of the gate at 0000000" in refused.stderr
+
+
+def test_corpus_runs_the_clock_left_are_not_finished_and_the_rest_runs_them(tmp_path):
+    """A corpus run the gate's time never started is not finished (not failed), named in
+    gate-rest.txt by its mode, expectation and paths from the repository; `--rest` runs it,
+    here on the CPU, and counts it as the gate would have."""
+    gate = _gate()
+    versions = gate.corpus(50)
+    problem, version, passes = random.choice(
+        [v for v in versions if not v[2] and "kernelbench" in v[0]])  # a quick refusal
+    mode = "cold"
+    left = {"problem": Path(problem).name, "version": Path(version).name, "mode": mode,
+            "as_expected": False, "crash": False, "skipped": "out of the gate's time",
+            "not_finished": gate.corpus_line((problem, version, passes, mode))}
+    ran = {"problem": "p", "version": "v.py", "mode": "warm", "as_expected": True,
+           "crash": False, "wall_s": 1.0}
+    record = tmp_path / "GPU_GATE.md"
+    assert not gate.report([left, ran], [], NO_SUITE, tmp_path, 1.0, ["corpus"],
+                           record=record)
+    assert record.read_text().rstrip().endswith(
+        "gpu gate: 1 passed, 0 failed, 1 not finished, 0 krung crashes")
+    assert _rest(tmp_path) == [f"corpus cold fail {Path(problem).relative_to(REPO)} "
+                               f"{Path(version).relative_to(REPO)}"]
+    assert gate.corpus_job(_rest(tmp_path)[0]) == (problem, version, passes, mode)
+
+    rest = tmp_path / "gate-rest.txt"
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_gate.py"), "--rest",
+                           str(rest), "--device", "cpu", "--limit", "120", "--out", str(out),
+                           "--record", str(record)], capture_output=True, text=True,
+                          timeout=180)
+    line = "gpu gate rest: 1 passed, 0 failed, 0 not finished, 0 krung crashes"
+    assert done.returncode == 0 and done.stdout.rstrip().endswith(line), done.stdout
+    assert not (out / "gate-rest.txt").exists()

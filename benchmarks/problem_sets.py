@@ -711,6 +711,7 @@ def main() -> None:
         print(json.dumps(kernelbench_check(args.path, args.scale, args.device)))
         return
     with tempfile.TemporaryDirectory(prefix="krung-problem-sets-") as scratch:
+        args.sets = args.sets.resolve()  # each `krung run` starts in its problem's folder
         root = unpacked(args.sets, Path(scratch) / "sets")
         if args.cuda_as_cpu:
             if root == args.sets:  # never rewrite the checkout itself

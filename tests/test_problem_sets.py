@@ -237,7 +237,7 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     out = tmp_path / "out.json"
     out.write_text(json.dumps([measured_row, out_of_memory]))
     command = [sys.executable, str(REPO / "benchmarks" / "problem_sets.py"), "run",
-               str(tmp_path / "sets"), "--gpumode", "none", "--levels", "1", "--wrong", "0",
+               "sets", "--gpumode", "none", "--levels", "1", "--wrong", "0",
                "--rungs", "static", "--no-service", "--jobs", "2", "--out", str(out),
                "--resume", "--scale", "0.5"]  # scaled: no declared bytes to tell (seconds)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))

@@ -457,7 +457,9 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="krung-gate-"))
     started = time.monotonic()
     versions = corpus(args.runs // 2) if "corpus" in parts and args.rest is None else []
-    jobs = rest_runs or [(p, v, ok, mode) for mode in ("cold", "warm") for p, v, ok in versions]
+    # a rest's runs as they were left; a gate's, cold and warm in turn
+    jobs = rest_runs or interleaved([(p, v, ok, mode) for mode in ("cold", "warm")
+                                     for p, v, ok in versions])
     rows: list[dict] = []
     lock = threading.Lock()
 
@@ -489,7 +491,7 @@ def main() -> None:
     with (concurrent.futures.ThreadPoolExecutor(args.test_workers) as test_pool,
           concurrent.futures.ThreadPoolExecutor(2 * args.jobs) as corpus_pool):
         tests = [test_pool.submit(chunk, i, nodes) for i, nodes in enumerate(chunks)]
-        list(corpus_pool.map(one, rest_runs or interleaved(jobs)))
+        list(corpus_pool.map(one, jobs))
         test_results = [t.result() for t in tests]
     gather_logs(args.out, "tests*.log", "tests.log")  # one file: a device call returns few
     if "suite" not in parts:

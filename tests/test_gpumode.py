@@ -104,6 +104,27 @@ def test_wrong_prefix_sums_are_rejected(krung, version, rung, error_type, words)
     assert words in failed["error"]
 
 
+def test_a_check_that_runs_out_of_gpu_memory_is_not_the_versions_mismatch(krung, tmp_path):
+    """bioml/trimul at its declared sizes beside other problems on an 80 GB GPU: its own check
+    ran out of memory in the judge, and krung said the honest version mismatched. The check's
+    out-of-memory error is krung's (exit 3; a suite runs such a job again alone), never a
+    verdict on the output."""
+    problem = shutil.copytree(GPUMODE, tmp_path / "gpumode") / "vectoradd_py"  # utils.py too
+    size = random.randint(2, 9) * 2**30
+    reference = problem / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "    expected = ref_kernel(data)\n",
+        "    raise torch.cuda.OutOfMemoryError(\n"
+        f"        'CUDA out of memory. Tried to allocate {size} bytes')\n"))
+    result = krung("run", problem, problem / "submission.py", "--rungs", CHECKS, "--json")
+    assert result.code == 3, result.stdout + result.stderr  # krung's error, not the version's
+    run = result.json()
+    assert "not the version: OutOfMemoryError" in run["error"]
+    failed = next(r for r in run["rungs"] if r["status"] == "failed")
+    assert failed["name"] == "correctness" and failed["error_type"] != "Mismatch"
+    assert f"Tried to allocate {size} bytes" in failed["error"]
+
+
 def test_a_problem_nondeterministic_by_design_skips_the_determinism_check(krung):
     """The reference draws noise from torch's global generator; its own check accepts any
     output near the input. Correctness passes by the check, and determinism is skipped,

@@ -52,12 +52,21 @@ def judge_outputs(problem: Problem, inputs: tuple, outputs: list, expected: list
     try:
         ok, message = problem.check(tree.clone(inputs), output)
     except Exception as exc:  # the problem's check could not take this output
+        if _out_of_memory(exc):  # the GPU the judge shares, not the output: krung's error
+            raise
         ok, message = False, f"raised {type(exc).__name__}: {exc}"
     if ok:
         return Verdict(True, comparisons, check_message=message or None)
     index = next((i for i, c in enumerate(comparisons) if not c.passed), 0)
     reason = "the problem's own check failed" + (f": {message}" if message else "")
     return Verdict(False, comparisons, reason, index, check_message=message or "failed")
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    """torch's out-of-memory error (the judge imports torch before any check runs)."""
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError)
 
 
 def _compare(out: Any, ref: Any, problem: Problem) -> Comparison:

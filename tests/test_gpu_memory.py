@@ -212,15 +212,22 @@ def test_a_problems_need_is_what_its_runs_measured_else_its_declared_bytes(tmp_p
     store_path = tmp_path / "krung.db"
     store = Store(store_path)
     judge, worker = rng.uniform(100, 20_000), rng.uniform(100, 20_000)
-    for peaks in ({"judge_device_peak_mib": judge, "worker_device_peak_mib": worker},
-                  {"judge_device_peak_mib": judge / 2, "worker_device_peak_mib": worker / 3},
-                  {}):  # a CPU run measures none
-        run = Run(run_id="", problem="measured", problem_path=str(measured_path),
+    for name, peaks in (
+            ("measured", {"judge_device_peak_mib": judge, "worker_device_peak_mib": worker}),
+            ("measured", {"judge_device_peak_mib": judge / 2, "worker_device_peak_mib": 1.0}),
+            ("measured", {}),  # a CPU run measures none
+            # at a tenth of the sizes: another problem's memory, under its own name
+            ("measured@scale0.1", {"judge_device_peak_mib": 7.0, "worker_device_peak_mib": 5.0}),
+            ("measured@bf16", {"judge_device_peak_mib": 9e9, "worker_device_peak_mib": 1.0})):
+        run = Run(run_id="", problem=name, problem_path=str(measured_path),
                   solution="v.py", source_sha256="0" * 64, source="", seed=1, env=peaks)
         store.begin(run, ["static"])
         store.finish(run)
     store.close()
-    settings = Settings.from_env().replace(store=store_path)
+    scaled = Settings.from_env().replace(store=store_path, scale=0.1)
+    assert problem_needs(scaled, [Job(str(measured_path), "v.py")]) == {
+        str(measured_path): pytest.approx(12.0 + CONTEXTS_MIB)}
+    settings = Settings.from_env().replace(store=store_path, scale=1.0)
     jobs = [Job(str(measured_path), "v.py"), Job(str(declared_path), "v.py"),
             Job(str(tmp_path / "missing.py"), "v.py")]
     needs = problem_needs(settings, jobs)

@@ -269,12 +269,15 @@ class Store:
             (problem, solution, problem_path, problem_path)).fetchone()
         return row["run_id"] if row else None
 
-    def recent_envs(self, problem_path: str, limit: int = 5) -> list[dict[str, Any]]:
+    def recent_envs(self, problem_path: str, limit: int = 5,
+                    name: str | None = None) -> list[dict[str, Any]]:
         """The recorded environments (the measured peaks among them) of the newest runs from
-        this problem path, newest first."""
+        this problem path (under this name, where given: its precision and scale are part of
+        it), newest first."""
         return [json.loads(r[0]) for r in self._db.execute(
-            "SELECT env FROM runs WHERE problem_path=? ORDER BY started_at DESC, rowid DESC "
-            "LIMIT ?", (problem_path, limit))]
+            "SELECT env FROM runs WHERE problem_path=? AND (? IS NULL OR problem=?) "
+            "ORDER BY started_at DESC, rowid DESC LIMIT ?",
+            (problem_path, name, name, limit))]
 
     def children(self, run_id: str) -> list[str]:
         """The ids of the runs that name this one as their parent, oldest first."""

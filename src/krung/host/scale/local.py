@@ -34,7 +34,7 @@ from krung.host.scale.gpu_memory import (
     measured_need_mib,
 )
 from krung.host.store import Store
-from krung.judge.problem import KERNELBENCH, detect_format, find_problem
+from krung.judge.problem import KERNELBENCH, detect_format, find_problem, problem_name
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
 
@@ -184,20 +184,22 @@ def problem_needs(settings: Settings, jobs: list[Job]) -> dict[str, float]:
     """Each job's problem's device memory: as its recent runs in the store measured it (the
     most of them), else from its declared bytes, where either can be told."""
     needs: dict[str, float] = {}
-    keys = {problem_key(job) for job in jobs}
+    # The name the runs record: a precision and a scale of their own are part of it
+    names = {problem_key(job): problem_name(Path(problem_key(job)), job.precision,
+                                            settings.scale) for job in jobs}
     if settings.store.exists():
-        needs.update(_measured(settings, keys))
-    unmeasured = sorted(k for k in keys - needs.keys()
+        needs.update(_measured(settings, names))
+    unmeasured = sorted(k for k in names.keys() - needs.keys()
                         if Path(k).is_file() and detect_format(Path(k)) == KERNELBENCH)
     return {**declared_needs_mib(unmeasured), **needs}
 
 
-def _measured(settings: Settings, keys: set[str]) -> dict[str, float]:
+def _measured(settings: Settings, names: dict[str, str]) -> dict[str, float]:
     needs = {}
     store = Store(settings.store)
     try:
-        for key in keys:
-            measured = [n for env in store.recent_envs(key)
+        for key, name in names.items():
+            measured = [n for env in store.recent_envs(key, name=name)
                         if (n := measured_need_mib(env)) is not None]
             if measured:
                 needs[key] = max(measured)

@@ -33,7 +33,7 @@ from krung.host.scale.gpu_memory import (
     gpu_memory_mib,
     measured_need_mib,
 )
-from krung.host.store import Store
+from krung.host.store import opened
 from krung.judge.problem import KERNELBENCH, detect_format, find_problem, problem_name
 from krung.protocol.errors import KrungError, UsageError
 from krung.protocol.settings import Settings
@@ -183,12 +183,10 @@ def problem_key(job: Job) -> str:
 def problem_needs(settings: Settings, jobs: list[Job]) -> dict[str, float]:
     """Each job's problem's device memory: as its recent runs in the store measured it (the
     most of them), else from its declared bytes, where either can be told."""
-    needs: dict[str, float] = {}
     # The name the runs record: a precision and a scale of their own are part of it
-    names = {problem_key(job): problem_name(Path(problem_key(job)), job.precision,
-                                            settings.scale) for job in jobs}
-    if settings.store.exists():
-        needs.update(_measured(settings, names))
+    names = {key: problem_name(Path(key), job.precision, settings.scale)
+             for job in jobs if (key := problem_key(job))}
+    needs = _measured(settings, names) if settings.store.exists() else {}
     unmeasured = sorted(k for k in names.keys() - needs.keys()
                         if Path(k).is_file() and detect_format(Path(k)) == KERNELBENCH)
     return {**declared_needs_mib(unmeasured), **needs}
@@ -196,15 +194,12 @@ def problem_needs(settings: Settings, jobs: list[Job]) -> dict[str, float]:
 
 def _measured(settings: Settings, names: dict[str, str]) -> dict[str, float]:
     needs = {}
-    store = Store(settings.store)
-    try:
+    with opened(settings.store) as store:
         for key, name in names.items():
             measured = [n for env in store.recent_envs(key, name=name)
                         if (n := measured_need_mib(env)) is not None]
             if measured:
                 needs[key] = max(measured)
-    finally:
-        store.close()
     return needs
 
 

@@ -173,6 +173,41 @@ def test_threads_left_running_are_seen():
     assert worker.ident not in guard.python_threads() - before
 
 
+@pytest.mark.parametrize("kept", ["one_buffer", "a_constant_beside", "own_outputs"])
+def test_the_timed_calls_outputs_are_each_calls_own_when_calls_share_a_buffer(kept):
+    """The worker's timed calls (krung.worker.serve._TimedCall, under the real timer and the
+    version's thread): where the calls return one buffer, or a constant beside their own
+    output, each set's output is copied before the next call, so every set keeps what its
+    own last call computed; where they return outputs of their own, nothing is copied."""
+    import random
+
+    from krung.worker.serve import _before_each, _TimedCall
+    from krung.worker.timing import TimingPlan, measure
+
+    sets = random.randint(2, 5)
+    rows, cols = random.randint(2, 9), random.randint(2, 9)
+    inputs = [[torch.randn(rows, cols)] for _ in range(sets)]
+    buffer, constant = torch.empty(rows, cols), torch.randn(3)
+
+    def kernel(x):
+        if kept == "one_buffer":
+            return torch.mul(x, 2, out=buffer)
+        return (x * 2, constant) if kept == "a_constant_beside" else x * 2
+
+    call = _TimedCall(guard.VersionThread(), kernel, inputs, PlainOutputs())
+    samples = measure(call, sets, "cpu", TimingPlan(warmup_s=0.0, min_samples=3 * sets,
+                                                     max_samples=3 * sets + 1),
+                      _before_each(call, None, sets))
+    call.settle()
+    assert len(samples.device_us) > sets
+    assert call.shared == (kept != "own_outputs")
+    for x, out in zip(inputs, call.outputs, strict=True):
+        got = out[0] if kept == "a_constant_beside" else out
+        torch.testing.assert_close(got, x[0] * 2)
+    if kept == "one_buffer":  # the copies are not the buffer
+        assert all(out.data_ptr() != buffer.data_ptr() for out in call.outputs)
+
+
 def test_several_outputs_are_read_from_the_tuples_storage():
     """A tuple subclass's own iteration (where deferred work could hide) never runs; torch's
     named tuples are taken as tuples."""

@@ -110,3 +110,57 @@ def test_describe_a_gpumode_problem():
     assert data["type"] == "dict" and data["items"]["x"]["shape"] == [1, 7]
     assert data["items"]["temperature"] == {"type": "float", "value": "0.75"}
     assert "the problem's own check decides" in about["tolerance"]["rule"]
+
+
+
+# One output buffer kept by the version and returned by every call (a CUDA graph's static
+# output; GPU MODE's torch.compile(mode="reduce-overhead") solutions), in each format. The
+# checked calls copy each call's output before the next, so they accept it; the timed calls
+# rotate over input sets, so each set's last output was the next set's (pmpp/sort_py and
+# pmpp/vectorsum_py's own solutions failed the benchmark rung at declared sizes, TimedMismatch).
+KEPT_BUFFER = """
+import torch
+import torch.nn as nn
+
+BUFFER = {{}}
+
+
+def into_the_buffer(y):
+    kept = BUFFER.get((y.dtype, y.device))
+    if kept is None or kept.numel() < y.numel() + {slack}:
+        kept = torch.empty(y.numel() + {slack}, dtype=y.dtype, device=y.device)
+        BUFFER[(y.dtype, y.device)] = kept
+    return kept[:y.numel()].view(y.shape).copy_(y)
+"""
+ONE_BUFFER = {
+    "native": ("scale", """
+def kernel(x):
+    return into_the_buffer(x * 2 + 1)
+"""),
+    "kernelbench": ("1_ReLU.py", """
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return into_the_buffer(torch.relu(x))
+"""),
+    "gpumode": ("rowsoftmax_py", """
+def custom_kernel(data):
+    return into_the_buffer(torch.softmax(data["x"] / data["temperature"], dim=-1))
+"""),
+}
+
+
+@pytest.mark.parametrize("problem_format", sorted(ONE_BUFFER))
+def test_the_benchmark_takes_an_output_buffer_that_every_call_returns(
+        krung, scale_problem, version, problem_format):
+    import random
+
+    where, entry = ONE_BUFFER[problem_format]
+    problem = {"native": scale_problem, "kernelbench": KERNELBENCH / where,
+               "gpumode": GPUMODE / where}[problem_format]
+    # the buffer outgrows the output by a random margin: a view of it is returned
+    source = KEPT_BUFFER.format(slack=random.randint(0, 64)) + entry
+    result = krung("run", problem, version("one_buffer", source), "--json", "--rungs",
+                   "static,compile,run,correctness,benchmark")
+    assert result.code == 0, result.stdout + result.stderr
+    bench = next(r for r in result.json()["rungs"] if r["name"] == "benchmark")
+    assert all(row["outputs_reused"] for row in bench["figures"]["per_case"]), bench

@@ -179,6 +179,23 @@ CHEATS = {
                 return torch.zeros_like(x)
             return x * 2 + 1
     """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
+    # Returns one buffer every call (which makes krung copy each timed call's outputs before
+    # the next) and computes into it only when no timer's read stands beside the call, found
+    # by walking up to the version's thread: every timed output is the buffer's stale content.
+    "one_buffer_left_stale_when_timed": ("""
+        import sys
+        import torch
+        buffers = {}
+        def timed():
+            job = sys._getframe(2).f_locals["self"]._job
+            return job[2] is not None and any(
+                word in getattr(job[2], "__qualname__", "") for word in ("_measure", "record"))
+        def kernel(x):
+            out = buffers.setdefault((x.shape, x.dtype), torch.zeros_like(x))
+            if not timed():
+                torch.mul(x, 2, out=out).add_(1)
+            return out
+    """, "benchmark", "TimedMismatch", "the timed calls of bench case"),
 }
 
 

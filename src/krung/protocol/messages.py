@@ -330,6 +330,8 @@ class Timed(Reply):
     changed: Tensors | None = None
     device_peak_mib: float | None = None  # the most device memory torch reserved so far (GPU)
     host_peak_mib: float | None = None  # the process's peak resident memory so far
+    # the calls returned one buffer: `outputs` are from one more call per set, each kept
+    outputs_reused: bool = False
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,7 @@ class PlainOutputs:
 
         self.tensor, self.strided = torch.Tensor, torch.strided
         self.clone = torch.Tensor.clone
+        self.address = torch.Tensor.data_ptr
         self.layout = _static(torch.Tensor, "layout").__get__
         self.type, self.vars, self.list, self.subclass = type, vars, list, issubclass
         self.callable = callable
@@ -187,6 +188,14 @@ class PlainOutputs:
 
     def copy(self, output: Any) -> Any:
         return self.clone(output)
+
+    def listed(self, result: Any) -> list[Any]:
+        """A call's result as its list of outputs."""
+        return self.items(result) if self.is_sequence(result) else [result]
+
+    def tensors(self, result: Any) -> list[Any]:
+        """The outputs of a call's result that can be taken as they are (`problem`)."""
+        return [o for n, o in enumerate(self.listed(result)) if self.problem(n, o) is None]
 
 
 def _static(owner: Any, name: str) -> Any:

@@ -253,9 +253,8 @@ class Worker:
                 for tensor, value in zip(leaves(held), leaves(values), strict=True):
                     tensor.copy_(value)
         sets = self.time_sets
-        outputs: list[Any] = [None] * len(sets)
         tuned = self.autotune_before_timing(sets) if request.inputs is not None else []
-        call = _TimedCall(self.site, self.kernel, sets, outputs)
+        call = _TimedCall(self.site, self.kernel, sets, self.plain)
 
         changes = None
         if request.changes:  # a few elements change before every timed call
@@ -263,8 +262,9 @@ class Worker:
 
             changes = InputChanges(sets, **request.changes)
         samples = self.measure(call, len(sets), self.device, TimingPlan(**request.plan),
-                          changes.before if changes else None)
-        each = [_outputs(result, self.device, self.plain) for result in outputs]
+                               _before_each(call, changes, len(sets)))
+        call.settle()
+        each = [_outputs(result, self.device, self.plain) for result in call.outputs]
         self.synchronize()
         failed = next((o for o in each if isinstance(o, messages.Failed)), None)
         if failed:
@@ -273,7 +273,7 @@ class Worker:
             samples=self.to_json(samples), outputs=[o["outputs"] for o in each],  # type: ignore[index]
             specs=[o["specs"] for o in each], tuple=each[0]["tuple"],  # type: ignore[index]
             autotune=tuned or None, changed=changes.report() if changes else None,
-            **self.conduct())
+            outputs_reused=call.shared, **self.conduct())
 
     def autotune_before_timing(self, sets: list[list[Any]]) -> list[dict[str, Any]]:
         """Where the version has @triton.autotune kernels, call it once per input set before
@@ -377,16 +377,57 @@ class Worker:
 
 class _TimedCall:
     """`call(i)` for krung.worker.timing.measure: the version on input set i, in its thread;
-    `around(i, start, end)` runs the timer's `start` and `end` there, next to the call."""
+    `around(i, start, end)` runs the timer's `start` and `end` there, next to the call.
 
-    def __init__(self, site: Any, kernel: Any, sets: list[list[Any]], outputs: list[Any]):
-        self.site, self.kernel, self.sets, self.outputs = site, kernel, sets, outputs
+    `outputs[i]` is set i's last output, for the judge to check. Where the calls' outputs
+    share storage across sets (a CUDA graph's static output: torch.compile's
+    mode="reduce-overhead"), the next set's call overwrites it: then `settle`, run before
+    every call outside the timed region, copies the last call's outputs first, as the
+    checked calls' outputs are copied (`shared` says so)."""
+
+    def __init__(self, site: Any, kernel: Any, sets: list[list[Any]], plain: Any):
+        self.site, self.kernel, self.sets, self.plain = site, kernel, sets, plain
+        self.outputs: list[Any] = [None] * len(sets)
+        self.addresses: list[set[int]] = [set() for _ in sets]  # read while fresh
+        self.last: int | None = None
+        self.shared = False
 
     def __call__(self, i: int) -> None:
         self.outputs[i] = self.site.run(self.kernel, self.sets[i])
+        self.last = i
 
     def around(self, i: int, start: Any, end: Any) -> None:
         self.outputs[i] = self.site.run(self.kernel, self.sets[i], start, end)
+        self.last = i
+
+    def settle(self) -> None:
+        """The last call's outputs made safe from the next call: their addresses noted, and
+        copied (on the stream, no wait) once the sets' outputs are seen to share storage."""
+        i, self.last = self.last, None
+        if i is None:
+            return
+        tensors = self.plain.tensors(self.outputs[i])
+        self.addresses[i] = {self.plain.address(t) for t in tensors} - {0}
+        self.shared = self.shared or any(self.addresses[i] & self.addresses[n]
+                                         for n in range(len(self.sets)) if n != i)
+        if self.shared and len(tensors) == len(self.plain.listed(self.outputs[i])):
+            copies = [self.plain.copy(t) for t in tensors]
+            self.outputs[i] = tuple(copies) if self.plain.is_sequence(self.outputs[i]) \
+                else copies[0]
+
+
+def _before_each(call: _TimedCall, changes: Any, sets: int) -> Any:
+    """What runs ahead of each timed call, outside its time: the last call's outputs made
+    safe from this one (where sets rotate), then the input changes; None where neither."""
+    if sets < 2:  # one set: its last output is the last call's, never overwritten
+        return changes.before if changes else None
+
+    def before(i: int) -> None:
+        call.settle()
+        if changes:
+            changes.before(i)
+
+    return before
 
 
 def _outputs(result: Any, device: str, plain: Any) -> dict[str, Any] | messages.Failed:

@@ -141,6 +141,12 @@ SPEC = RungSpec(
                "list", per_case=True, when="where KRUNG_VALUE_STRESS applies"),
         Figure("streams", "", "the streams the call's work ran on", "count", per_case=True,
                when="when it ran on several"),
+        Figure("outputs_reused", "", "the calls' outputs shared storage across input sets (a "
+               "CUDA graph's static output, as torch.compile's mode=\"reduce-overhead\" "
+               "gives), so each call overwrote the last one's: each timed call's outputs were "
+               "copied before the next call, outside its time, as the checked calls' are, and "
+               "checked; a caller keeping two results must copy the first", "flag",
+               per_case=True, when="when they did"),
         Figure("sm_mhz", "MHz", "the SM clock before and after the timing", "list",
                per_case=True, when=_GPU),
         Figure("sm_max_mhz", "MHz", "the GPU's top SM clock", per_case=True, when=_GPU),
@@ -322,6 +328,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
     round_plan = replace(plan, max_s=plan.max_s / ROUNDS,
                          min_samples=max(3, plan.min_samples // ROUNDS))
     tuned: list[dict[str, Any]] = []
+    reused = False  # the calls' outputs shared storage (the worker copied each)
     timed_stress: list[str] = []
     judge_s = 0.0  # the version's requests as the judge's clock saw them (krung.judge.clock)
     for round_index in range(ROUNDS):
@@ -356,6 +363,7 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         if round_index == ROUNDS - 1 and ctx.device == "cuda":
             after = clock_state()  # right after the version's last round, not the reference's
         tuned = reply.get("autotune") or tuned  # configs chosen before the timed calls
+        reused = reused or bool(reply.get("outputs_reused"))
         # The version's process stopped: nothing it left running competes with the reference.
         with ctx.candidate.paused():
             ref.append(measure(partial(_call, reference, sets), len(sets), ctx.device,
@@ -386,6 +394,8 @@ def _bench_case(ctx: Context, index: int, case: dict, plan: TimingPlan,
         **({"value_stress": timed_stress} if timed_stress else {}),
         **clock.gap(mine[1:], judge_s, stats["median_us"], ctx.device),
     }
+    if reused:
+        row["outputs_reused"] = True
     persisting = max(s.persisting_l2_bytes for s in mine)
     if persisting:  # reset before every timed call (krung.worker.l2): said, not rejected
         row["persisting_l2_bytes"] = persisting

@@ -80,3 +80,33 @@ def test_a_rung_whose_judge_code_raises_is_krungs_error_not_the_versions(krung, 
     assert run["error"].startswith("krung failed in the correctness rung, not the version: "
                                    "RuntimeError: out of memory")
     assert run["env"]["first_try"]["error"] == run["error"].splitlines()[0]
+
+
+def test_a_worker_that_dies_before_any_version_code_runs_is_krungs_error(krung, tmp_path,
+                                                                         version):
+    """34_InstanceNorm at declared sizes beside two other problems on an 80 GB GPU: its
+    worker exited while starting (CUDA's context had no memory left), before it said hello,
+    and krung called the version's process crashed. Nothing of the version's runs before
+    the hello: krung's error, tried again, then exit 3 (which a suite runs again alone)."""
+    import os
+    import random
+
+    status = random.randint(1, 120)
+    said = f"no memory for a context ({random.randrange(1 << 30)} bytes)"
+    # Every worker this run starts ends before it says hello, as a failed CUDA start would.
+    site = write(tmp_path / "site" / "sitecustomize.py", f"""
+import os, sys
+if "krung.worker.serve" in sys.orig_argv:
+    print({said!r}, file=sys.stderr, flush=True)
+    os._exit({status})
+""").parent
+    problem = write(tmp_path / "scale" / "problem.py", SCALE_PROBLEM).parent
+    result = krung("run", problem, version("good", GOOD), "--rungs", RUNGS, "--json",
+                   env={"KRUNG_SERVICE": "off", "KRUNG_FORK_WORKER": "off",
+                        "PYTHONPATH": os.pathsep.join(filter(None, [
+                            str(site), os.environ.get("PYTHONPATH")]))})
+    run = result.json()
+    assert result.code == 3 and run["outcome"] == "error", result.stdout + result.stderr
+    assert "before any of the version's code ran" in run["error"], run["error"]
+    assert f"exited with status {status}" in run["error"] and said in run["error"]
+    assert run["env"]["first_try"]["rungs_done"] == ["static", "compile"]

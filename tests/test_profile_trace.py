@@ -160,6 +160,32 @@ wait
 """
 
 
+def stand_in_ncu(tmp_path, monkeypatch, script: str) -> None:
+    """`ncu` on PATH: the script given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ncu").write_text(script)
+    (bin_dir / "ncu").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def ladder_context(tmp_path, scale_problem, version, settings):
+    """A judge's context for the good version of the scale problem, its worker started."""
+    from krung.judge.candidate import Candidate
+    from krung.judge.ladder import Context
+    from krung.judge.problem import load_problem
+    from krung.judge.solution import read_solution
+
+    solution = read_solution(version("good", GOOD))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    candidate = Candidate("cpu", run_dir, solution.path)
+    candidate.start()
+    return Context(problem=load_problem(scale_problem), solution=solution, device="cpu",
+                   candidate=candidate, settings=settings, seed=random.getrandbits(62),
+                   run_dir=run_dir)
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -170,26 +196,14 @@ def alive(pid: int) -> bool:
 
 def test_the_profile_limit_ends_ncu_and_keeps_the_earlier_rungs(tmp_path, monkeypatch,
                                                                  scale_problem, version):
-    from krung.judge.candidate import Candidate
-    from krung.judge.ladder import Context, climb
-    from krung.judge.problem import load_problem
-    from krung.judge.solution import read_solution
+    from krung.judge.ladder import climb
 
     pids = tmp_path / "ncu.pids"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ncu").write_text(STAND_IN_NCU.format(pids=pids))
-    (bin_dir / "ncu").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    stand_in_ncu(tmp_path, monkeypatch, STAND_IN_NCU.format(pids=pids))
     limit = round(random.uniform(2.0, 4.0), 1)
-    solution = read_solution(version("good", GOOD))
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    candidate = Candidate("cpu", run_dir, solution.path)
-    candidate.start()
-    ctx = Context(problem=load_problem(scale_problem), solution=solution, device="cpu",
-                  candidate=candidate, settings=krung.Settings(profile_timeout_s=limit),
-                  seed=random.getrandbits(62), run_dir=run_dir)
+    ctx = ladder_context(tmp_path, scale_problem, version,
+                         krung.Settings(profile_timeout_s=limit))
+    candidate = ctx.candidate
     sent: list = []
     try:
         climb(ctx, ["static", "compile", "run", "correctness", "benchmark"], sent.append)
@@ -340,3 +354,28 @@ def test_the_case_profiled_is_the_one_furthest_from_the_roofline(tmp_path):
     # No benchmark in the ladder: the first case, and why.
     label, why = chosen(results={})
     assert label == labels[0] and "climb benchmark too" in why["case_chosen_by"]
+
+
+def test_a_worker_under_ncu_that_dies_before_its_hello_fails_the_rung_not_krung(
+        tmp_path, monkeypatch, scale_problem, version):
+    """A worker a tool starts while the version's own worker lives may die before its hello
+    for what the version holds (the GPU's memory): the profile rung's failure, never krung's
+    error (which would be tried again and leave the version without a verdict)."""
+    from krung.judge.ladder import climb
+
+    status = random.randint(1, 120)
+    stand_in_ncu(tmp_path, monkeypatch,
+                 f"#!/bin/sh\necho 'no room for a context' >&2\nexit {status}\n")
+    ctx = ladder_context(tmp_path, scale_problem, version, krung.Settings())
+    candidate = ctx.candidate
+    sent: list = []
+    try:
+        climb(ctx, ["static", "compile", "run"], sent.append)
+        ctx.device = "cuda"  # as on a GPU: the rung starts `ncu` from PATH, the stand-in
+        climb(ctx, ["profile"], sent.append)
+    finally:
+        candidate.close()
+    rung = sent[-1]
+    assert rung.name == "profile" and rung.status is krung.Status.FAILED, rung.line()
+    assert rung.error_type != "InternalError", rung.line()
+    assert f"status {status}" in rung.error, rung.line()

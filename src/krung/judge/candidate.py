@@ -313,6 +313,29 @@ def raises_walls(mode: str, device: str) -> bool:
     return mode == "on" or (mode == "cpu" and device == "cpu")
 
 
+def _ended_how(code: int | None) -> str:
+    """How a process ended, from its exit status."""
+    if code is None:
+        return "ended"
+    if code < 0:
+        return f"was killed by {_SIGNALS.get(signal.Signals(-code), signal.Signals(-code).name)}"
+    return f"exited with status {code}"
+
+
+class WorkerStartFailed(RuntimeError):
+    """The run's own worker died before it said hello: before any of the version's code ran
+    (krung's imports, CUDA's start, which fails where other processes left a GPU no memory
+    for a context), so krung's failure or the machine's, never a verdict on the version: an
+    error of the judge, tried once more in fresh processes, then exit 3."""
+
+    def __init__(self, how: str, details: str | None):
+        lines = [line.strip() for line in (details or "").splitlines() if line.strip()]
+        said = f"; its log ends with: {lines[-1]}" if lines else ""
+        super().__init__(f"krung could not start the version's process: it {how} before it "
+                         f"said hello, before any of the version's code ran{said}")
+        self.details = details
+
+
 class Candidate:
     def __init__(self, device: str, run_dir: Path, solution: Path, cuda_ipc: bool = False,
                  max_file_bytes: int = 1 << 30, prefix: list[str] | None = None,
@@ -333,7 +356,8 @@ class Candidate:
         self.facts: dict[str, Any] = {}
         self.dead: str | None = None  # why the worker is gone, once it is
         self.dead_hint: str | None = None  # what to do about it, where the worker said
-        self.failed_start: RungFailed | None = None  # how its start failed, told again
+        # how its start failed, told again
+        self.failed_start: RungFailed | WorkerStartFailed | None = None
         self.started_at = 0.0
         # Added to the `load` request: {"env": {...}, "cwd": "..."} for the version's import.
         self.at_load: dict[str, Any] = {}
@@ -437,8 +461,13 @@ class Candidate:
                 said = self._receive("starting the worker", timeout, messages.HELLO,
                                      limit="--compile-timeout")
             except RungFailed as exc:
-                self.failed_start = exc
-                raise
+                # A death before the hello of the run's own worker, started before any code
+                # of the version's ran; not one a tool runs while the version's worker lives
+                # (its memory held could be why) nor a slow start (the limit's to say).
+                own = exc.error_type == "WorkerCrashed" and not self.prefix
+                how = _ended_how(self.process.returncode) if self.process else "ended"
+                self.failed_start = WorkerStartFailed(how, exc.details) if own else exc
+                raise self.failed_start from exc
             self.facts = {**said, "startup_s": round(time.perf_counter() - self.started_at, 3)}
         return self.facts
 
@@ -572,13 +601,9 @@ class Candidate:
             self.kill()
             code = self.process.wait()
         self.kill()  # whatever it left behind in its process group
-        if code < 0:
-            how = f"was killed by {_SIGNALS.get(signal.Signals(-code), signal.Signals(-code).name)}"
-        elif code == 0:
-            how = ("exited with status 0: the version (or something it called) ended the "
-                   "process, e.g. with os._exit")
-        else:
-            how = f"exited with status {code}"
+        how = _ended_how(code)
+        if code == 0:
+            how += ": the version (or something it called) ended the process, e.g. with os._exit"
         self.dead = f"it {how} during {what}"
         tail = self.log_tail()
         raise RungFailed("WorkerCrashed", f"the version's process {how} during {what}",

@@ -355,6 +355,6 @@ def run_rung(name: str, fn: Callable[[Context], dict[str, Any]], ctx: Context) -
         result = RungResult(
             name, Status.FAILED, error=f"{type(exc).__name__}: {exc}", error_type=INTERNAL_ERROR,
             hint="this error comes from krung or from the problem's code, not from the version",
-            details=traceback.format_exc())
+            details=getattr(exc, "details", None) or traceback.format_exc())
     result.duration_s = time.perf_counter() - start
     return result

@@ -32,7 +32,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from krung.judge.candidate import Candidate, hidden_store, kill_all, raises_walls
+from krung.judge.candidate import (
+    Candidate,
+    WorkerStartFailed,
+    hidden_store,
+    kill_all,
+    raises_walls,
+)
 from krung.judge.ladder import RUNGS, Context, climb, derive_seed, rung_module
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
@@ -259,7 +265,7 @@ def _warm(device: str, candidate: Candidate) -> None:
 
         torch.cuda.init()
         start_profiler()
-    with contextlib.suppress(RungFailed):  # told again by the compile rung's hello
+    with contextlib.suppress(RungFailed, WorkerStartFailed):  # told again by compile's hello
         candidate.hello(WORKER_START_S)
 
 

@@ -66,6 +66,7 @@ from krung.host.scale.gpu_memory import (
     gpu_memory_mib,
     measured_need_mib,
 )
+from krung.host.scale.local import FreeSlots, in_turn
 
 KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
 LEVELS = ("level1", "level2", "level3")
@@ -302,58 +303,37 @@ def gpu_peaks(row: Row) -> dict[str, float | None]:
 
 
 class Turns:
-    """The jobs' turns to start, in running order, `at_once` at a time. With a GPU's memory,
-    a job starts only where its problem's need fits beside the jobs at work (an empty GPU
-    takes any: one bigger than the GPU runs alone), and the jobs behind one that waits for
-    room start meanwhile; without, the plain pool."""
+    """The jobs' turns to start, in running order, `at_once` at a time (krung's own suite's
+    turns: krung.host.scale.local.in_turn). With a GPU's memory, a job starts only where its
+    problem's need fits beside the jobs at work (an empty GPU takes any: one bigger than the
+    GPU runs alone), and the jobs behind one that waits for room start meanwhile; without,
+    the plain pool."""
 
     def __init__(self, jobs: dict[int, Job], memory: GpuMemory | None):
-        self.waiting = list(jobs)  # indices into the run's jobs, in running order
+        self.jobs = list(jobs)  # indices into the run's jobs, in running order
         self.problems = {index: str(job.path) for index, job in jobs.items()}
         self.memory = memory
-        self._gpu = next(iter(memory.total), "") if memory else ""
-        self._changed = threading.Condition()
 
     def run(self, at_once: int, one: Callable[[int], Row | None]) -> None:
-        """Every job run by `one` (its row, None where it did not run) in its turn, by
-        `at_once` threads."""
-        def taking_turns() -> None:
-            while (index := self.take()) is not None:
-                row = None
-                try:
-                    row = one(index)
-                finally:
-                    self.give_back(index, row)
-
+        """Every job run by `one` (its row, None where it did not run) in its turn."""
+        slots = None if self.memory else FreeSlots([{}] * at_once)
+        take = slots.take if slots else self.take
+        give_back = slots.give_back if slots else self.give_back
         with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
-            for thread in [pool.submit(taking_turns) for _ in range(at_once)]:
-                thread.result()
+            for _ in in_turn(pool, self.jobs, take, lambda index, _: one(index), give_back):
+                pass
 
-    def take(self) -> int | None:
-        """The first waiting job that may start now, taken (waiting while none may); None
-        once every job is taken."""
-        with self._changed:
-            while self.waiting:
-                index = next((i for i in self.waiting if self._room_for(i)), None)
-                if index is not None:
-                    self.waiting.remove(index)
-                    return index
-                self._changed.wait()
-        return None
+    def take(self, index: int) -> str | None:
+        """A GPU where the job's need fits now, taken for it; None while there is none."""
+        assert self.memory is not None
+        return self.memory.take(self.problems[index])
 
-    def _room_for(self, index: int) -> bool:
-        """Whether the job may start now; its room taken where it may."""
-        return self.memory is None or self.memory.take(self.problems[index]) is not None
-
-    def give_back(self, index: int, row: Row | None) -> None:
+    def give_back(self, index: int, gpu: str, row: Row | None) -> None:
         """The job's room, its run over; what its row measured is its problem's need from
         now on (the most known)."""
-        if self.memory is None:
-            return
-        with self._changed:
-            self.memory.give_back(self._gpu, self.problems[index],
-                                  gpu_peaks(row) if row is not None else {})
-            self._changed.notify_all()
+        assert self.memory is not None
+        self.memory.give_back(gpu, self.problems[index],
+                              gpu_peaks(row) if row is not None else {})
 
 
 # Running one job.

@@ -209,10 +209,11 @@ def test_a_need_is_what_an_earlier_row_measured_else_the_declared_bytes(gpu, tmp
     scaled = sets.shared_gpu(run_args(2, scale=0.5), jobs, kept)
     assert scaled is not None and scaled.needs == {str(measured_path): pytest.approx(most)}
     turns = sets.Turns({3: jobs[3]}, memory)
-    assert turns.take() == 3 and turns.take() is None
+    gpu = turns.take(3)
+    assert gpu == "0"
     gpu_mode = sets.Row("gpumode", "pmpp/vectoradd", "baseline", sets.PASS,
                         judge_gpu_mib=rng.uniform(100, 9000), worker_gpu_mib=None)
-    turns.give_back(3, gpu_mode)
+    turns.give_back(3, gpu, gpu_mode)
     assert memory.needs[str(tmp_path)] == pytest.approx(gpu_mode.judge_gpu_mib + CONTEXTS_MIB)
 
 

@@ -20,9 +20,10 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 from krung.host import service
 from krung.host.evaluate import evaluate
@@ -96,29 +97,8 @@ class LocalExecutor:
 
     def _dispatch(self, pool: ThreadPoolExecutor, jobs: list[Job], settings: Settings,
                   slots: FreeSlots | GpuRoom) -> Iterator[Outcome]:
-        """Each job started, in order, as soon as `slots` has a place for it (a job that must
-        wait for GPU memory lets the ones behind it that fit pass), its outcome yielded when
-        it ends. This thread alone starts jobs and gives their slots back."""
-        waiting = list(jobs)
-        at_work: dict[Future[Outcome], tuple[Job, dict[str, str]]] = {}
-
-        def start_what_fits() -> None:
-            for job in list(waiting):
-                env = slots.take(job)
-                if env is not None:
-                    waiting.remove(job)
-                    at_work[pool.submit(self._run_in_slot, job, settings, env)] = (job, env)
-
-        start_what_fits()
-        while at_work:  # an empty GPU takes any job: none waits with nothing at work
-            done, _ = wait(at_work, return_when=FIRST_COMPLETED)
-            finished = []
-            for future in done:
-                job, env = at_work.pop(future)
-                finished.append(future.result())
-                slots.give_back(job, env, finished[-1])
-            start_what_fits()
-            yield from finished
+        return in_turn(pool, jobs, slots.take,
+                       lambda job, env: self._run_in_slot(job, settings, env), slots.give_back)
 
     def _run_in_slot(self, job: Job, settings: Settings, env: dict[str, str]) -> Outcome:
         me = threading.get_ident()
@@ -136,6 +116,35 @@ class LocalExecutor:
             return Outcome(job, error=f"{type(exc).__name__}: {exc.message}", hint=exc.hint)
         finally:
             self._running.pop(me, None)
+
+
+def in_turn(pool: ThreadPoolExecutor, items: list[Any], take: Callable[[Any], Any],
+            run: Callable[[Any, Any], Any], give_back: Callable[[Any, Any, Any], None]
+            ) -> Iterator[Any]:
+    """Each item run on `pool` (`run(item, place)`), in order, as soon as `take(item)` gives
+    it a place (an item that must wait for GPU memory lets the ones behind it that fit
+    pass); its result yielded when it ends, its place given back first
+    (`give_back(item, place, result)`). This thread alone takes and gives back places."""
+    waiting = list(items)
+    at_work: dict[Future[Any], tuple[Any, Any]] = {}
+
+    def start_what_fits() -> None:
+        for item in list(waiting):
+            place = take(item)
+            if place is not None:
+                waiting.remove(item)
+                at_work[pool.submit(run, item, place)] = (item, place)
+
+    start_what_fits()
+    while at_work:  # an empty GPU takes any job: none waits with nothing at work
+        done, _ = wait(at_work, return_when=FIRST_COMPLETED)
+        finished = []
+        for future in done:
+            item, place = at_work.pop(future)
+            finished.append(future.result())
+            give_back(item, place, finished[-1])
+        start_what_fits()
+        yield from finished
 
 
 class FreeSlots:

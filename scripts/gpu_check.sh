@@ -33,11 +33,12 @@
 #                                  with their honest baselines: problems per minute
 #   scripts/gpu_check.sh sets      KernelBench levels 1-3 and GPU MODE at their declared sizes
 #                                  (benchmarks/problem_sets.py; the packed sets in $SETS)
-#   scripts/gpu_check.sh sets-bg   the same, detached from the call (setsid), so that it goes
-#                                  on between calls on a warm machine: the first call starts it
-#                                  from a copy of the checkout, every call waits $WAIT seconds
-#                                  (540) and brings back the JSON and log so far; call again
-#                                  within the machine's idle time (30 s) to keep it
+#   scripts/gpu_check.sh PART-bg   any part detached from the call (setsid), so that it goes
+#                                  on between calls on a warm machine (`sets-bg`, `suite-bg`
+#                                  with SUITE_N=100): the first call starts it from a copy of
+#                                  the checkout, every call waits until it ends or $WAIT
+#                                  seconds (540) pass and brings back its $OUT and log so far;
+#                                  call again within the machine's idle time (30 s) to keep it
 # Logs go to $OUT (default /tmp/krung-gpu); run from the repository's root.
 set -uo pipefail
 OUT=${OUT:-/tmp/krung-gpu}
@@ -124,17 +125,21 @@ PY
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
       --jobs "${JOBS:-2}" --timeout "${TIMEOUT:-300}" --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
       --stop-after "${STOP_AFTER:-420}" $resume ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
-  sets-bg)
-    run=/tmp/krung-sets
+  *-bg)
+    inner=${part%-bg}
+    run=/tmp/krung-$inner
     if [ ! -d "$run" ]; then  # the first call on this machine (a fresh one resumes .gpu/sets.json)
-      # What the sets need, not the whole tree with whatever earlier parts left in it
+      # What the parts need, not the whole tree with whatever earlier parts left in it
       mkdir -p "$run/out" "$run/krung" &&
         cp -r src scripts benchmarks problems pyproject.toml .gpu "$run/krung/"
-      (cd "$run/krung" && setsid nohup env OUT="$run/out" STOP_AFTER=0 scripts/gpu_check.sh sets \
+      (cd "$run/krung" && setsid nohup env OUT="$run/out" STOP_AFTER=0 \
+         sh -c 'scripts/gpu_check.sh "$1"; echo $? > "$2"' _ "$inner" "$run/rc" \
          > "$run/run.log" 2>&1 < /dev/null &)
     fi
-    sleep "${WAIT:-540}"
-    cp "$run/out/sets.json" "$run/run.log" "$OUT/" 2>/dev/null
+    waited=0
+    while [ ! -f "$run/rc" ] && [ "$waited" -lt "${WAIT:-540}" ]; do sleep 5; waited=$((waited + 5)); done
+    cp -r "$run/out/." "$OUT/" 2>/dev/null; cp "$run/run.log" "$OUT/"
+    if [ -f "$run/rc" ]; then echo "$inner ended: exit $(cat "$run/rc")"; else echo "$inner still running"; fi
     grep -c '^\[' "$run/run.log"; tail -3 "$run/run.log" ;;
-  *) echo "unknown part $part: gate, gate-rest, gate-tests, gate-runs, ladder, verify, formats, inspect, dsls, bench, latency, suite, sets or sets-bg" >&2; exit 2 ;;
+  *) echo "unknown part $part: gate, gate-rest, gate-tests, gate-runs, ladder, verify, formats, inspect, dsls, bench, latency, suite, sets, or any part with -bg" >&2; exit 2 ;;
 esac

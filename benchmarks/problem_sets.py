@@ -266,12 +266,16 @@ def _numbered(path: Path) -> tuple[int, str]:
 # Taking turns on the GPU.
 
 def shared_gpu(args: argparse.Namespace, jobs: list[Job],
-               kept: dict[tuple[str, str, str], Row]) -> GpuMemory | None:
+               kept: dict[tuple[str, str, str], Row],
+               alone: frozenset[tuple[str, str]] = frozenset()) -> GpuMemory | None:
     """The memory of the GPU that `--jobs` runs at once share, where nvidia-smi tells it
     (None: the plain pool, for runs on the CPU, one job at a time, or no GPU told). A
     problem's need is what an earlier row of it measured (the rows --resume keeps), else its
     declared bytes (KernelBench at declared sizes), else one job's share of the GPU; the rows
-    of this run teach the rest (Turns.give_back)."""
+    of this run teach the rest (Turns.give_back). A problem in `alone` (an earlier row ran
+    out of GPU memory beside others: its need is unknown, and more than was guessed) needs
+    the whole GPU, so it runs alone in its turn rather than at a run's end the clock may
+    never reach."""
     if args.jobs < 2 or args.device == "cpu":
         return None
     # krung's runs use the first GPU they see
@@ -290,10 +294,13 @@ def shared_gpu(args: argparse.Namespace, jobs: list[Job],
     unmeasured = sorted({str(job.path) for job in jobs if job.family == "kernelbench"
                          and _key(job) not in kept} - measured.keys()) if args.scale == 1 else []
     declared = declared_needs_mib(unmeasured)
+    whole = {str(path): sizes[gpu] for family, problem in alone
+             if (path := paths.get((family, problem)))}
     print(f"{args.jobs} jobs at once share GPU {gpu}'s {sizes[gpu]:.0f} MiB: needs measured "
-          f"for {len(measured)} problems, declared for {len(declared)}, 1/{args.jobs} of "
-          "the GPU for the rest", flush=True)
-    return GpuMemory(sizes, args.jobs, {**declared, **measured})
+          f"for {len(measured)} problems, declared for {len(declared)}, the whole GPU for "
+          f"{len(whole)} (out of memory beside others before), 1/{args.jobs} of the GPU for "
+          "the rest", flush=True)
+    return GpuMemory(sizes, args.jobs, {**declared, **measured, **whole})
 
 
 def gpu_peaks(row: Row) -> dict[str, float | None]:
@@ -542,6 +549,9 @@ CAUSES: list[tuple[str, str, str]] = [
     (r"pmpp_v2/vectorsum_py", r"SIZE MISMATCH",
      "the problem's: its reference returns a 0-d sum, the solution the data's (1,) buffer, "
      "and its own check compares shapes first"),
+    ("", r"NondeterministicReference",
+     "the problem's: its reference is nondeterministic by design (it draws random numbers: "
+     "dropout in training mode), so no version can match it element by element"),
     ("", r"No module named '([\w.]+)'", "a package the problem needs is not installed: {0}"),
     ("", r"CUBLAS_STATUS_NOT_SUPPORTED",
      "the problem's data needs cuBLASLt's block-scaled FP4 matmul: a Blackwell GPU's"),
@@ -709,6 +719,7 @@ def main() -> None:
         if args.limit:
             jobs = jobs[:args.limit]
         kept = _earlier_rows(args.out, jobs) if args.resume else {}
+        alone = _crowded_out(args.out, jobs) if args.resume else frozenset()
         if args.rerun:
             kept = {key: row for key, row in kept.items() if not re.search(args.rerun, key[1])}
         kept_problems = {problem for _, problem, _ in kept}
@@ -723,6 +734,9 @@ def main() -> None:
                 left_out.append(job)
                 return None
             row = run_job(job, args, store)
+            if (job.family, job.problem) in alone:
+                row.notes = "; ".join(filter(None, [
+                    "run again alone (out of GPU memory beside others before)", row.notes]))
             if (job.family == "kernelbench" and job.version == "baseline"
                     and (args.kernelbench_check == "all"
                          or (args.kernelbench_check == "failed" and not row.ok))):
@@ -738,12 +752,13 @@ def main() -> None:
 
         # the rows an earlier run measured (--resume) are kept, the rest run in turns
         turns = Turns({i: job for i, job in enumerate(jobs) if rows[i] is None},
-                      shared_gpu(args, jobs, kept))
+                      shared_gpu(args, jobs, kept, alone))
         with warm_judges(args, store):
             turns.run(max(1, args.jobs), one)
         if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone
             for index, row in enumerate(rows):
                 if (row is not None and not row.ok and row.problem not in kept_problems
+                        and (row.family, row.problem) not in alone
                         and OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")):
                     rows[index] = None
                     one(index)
@@ -774,6 +789,18 @@ def _earlier_rows(out: Path, jobs: list[Job]) -> dict[tuple[str, str, str], Row]
     return {key: row for row in rows if (key := (row.family, row.problem, row.version))
             in wanted and row.verdict != "timeout"
             and not OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")}
+
+
+def _crowded_out(out: Path, jobs: list[Job]) -> frozenset[tuple[str, str]]:
+    """The problems (family, name) of these jobs an earlier run in `out` saw run out of GPU
+    memory."""
+    if not out.exists():
+        return frozenset()
+    wanted = {(job.family, job.problem) for job in jobs}
+    rows = [Row(**row) for row in json.loads(out.read_text())]
+    return frozenset((row.family, row.problem) for row in rows
+                     if (row.family, row.problem) in wanted and not row.ok
+                     and OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}"))
 
 
 if __name__ == "__main__":

@@ -119,12 +119,14 @@ PY
   sets)
     # The whole sets take several calls: copy the sets.json a call brought back to
     # .gpu/sets.json (carried) and the next call goes on from it; none starts a problem after
-    # STOP_AFTER seconds.
+    # STOP_AFTER seconds. SETS_ARGS is split on spaces (no quotes inside it); a --rerun
+    # regex goes in SETS_RERUN, whole.
     resume=""
     if [ -f .gpu/sets.json ]; then cp .gpu/sets.json "$OUT/sets.json"; resume=--resume; fi
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
       --jobs "${JOBS:-2}" --timeout "${TIMEOUT:-300}" --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
-      --stop-after "${STOP_AFTER:-420}" $resume ${SETS_ARGS:-} 2>&1 | tee "$OUT/sets.log" ;;
+      --stop-after "${STOP_AFTER:-420}" $resume ${SETS_ARGS:-} \
+      ${SETS_RERUN:+--rerun "$SETS_RERUN"} 2>&1 | tee "$OUT/sets.log" ;;
   *-bg)
     inner=${part%-bg}
     run=/tmp/krung-$inner

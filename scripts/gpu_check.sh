@@ -104,8 +104,9 @@ case "$part" in
       --store "$scratch/krung.db" > "$OUT/suite.json" \
       2> >(while IFS= read -r line; do echo "${EPOCHREALTIME} $line"; done > "$OUT/suite.err")
     code=$?
-    python3 - "$OUT/suite.json" "$start" "$(date +%s.%N)" "$code" <<'PY' | tee "$OUT/suite.log"
-import json, sys
+    python3 - "$OUT/suite.json" "$start" "$(date +%s.%N)" "$code" "$scratch/krung.db" <<'PY' \
+      | tee "$OUT/suite.log"
+import collections, json, sqlite3, sys
 suite = json.load(open(sys.argv[1]))
 minutes = (float(sys.argv[3]) - float(sys.argv[2])) / 60
 n = len(suite["problems"])
@@ -114,6 +115,16 @@ print(json.dumps(suite["scores"]))
 for p in suite["problems"]:
     if not p.get("correct"):
         print("not correct:", p["problem"], str(p.get("error") or p.get("verdict"))[:200])
+# What the summary hides: runs krung's judge failed first (tried again in fresh processes),
+# and problems the suite ran again (alone, after running out of memory beside others).
+runs = sqlite3.connect(sys.argv[5]).execute("SELECT problem, env FROM runs").fetchall()
+for problem, count in collections.Counter(p for p, _ in runs).items():
+    if count > 1:
+        print(f"ran {count} times: {problem}")
+for problem, env in runs:
+    first = json.loads(env).get("first_try")
+    if first:
+        print(f"judge failed first: {problem}: {first.get('error', '')[:300]}")
 PY
     ;;
   sets)

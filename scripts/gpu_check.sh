@@ -37,7 +37,8 @@
 #                                  on between calls on a warm machine (`sets-bg`, `suite-bg`
 #                                  with SUITE_N=100): the first call starts it from a copy of
 #                                  the checkout, every call waits until it ends or $WAIT
-#                                  seconds (540) pass and brings back its $OUT and log so far;
+#                                  seconds (540) from the call's start pass, and brings back its
+#                                  $OUT and log so far;
 #                                  call again within the machine's idle time (30 s) to keep it
 # Logs go to $OUT (default /tmp/krung-gpu); run from the repository's root.
 set -uo pipefail
@@ -149,8 +150,9 @@ PY
          sh -c 'scripts/gpu_check.sh "$1"; echo $? > "$2"' _ "$inner" "$run/rc" \
          > "$run/run.log" 2>&1 < /dev/null &)
     fi
-    waited=0
-    while [ ! -f "$run/rc" ] && [ "$waited" -lt "${WAIT:-540}" ]; do sleep 5; waited=$((waited + 5)); done
+    # $WAIT counts from the call's start (bash's SECONDS), the part's own start included, so
+    # a call given WAIT plus a few seconds to copy ends before the device tool's limit.
+    while [ ! -f "$run/rc" ] && [ "$SECONDS" -lt "${WAIT:-540}" ]; do sleep 2; done
     cp -r "$run/out/." "$OUT/" 2>/dev/null; cp "$run/run.log" "$OUT/"
     if [ -f "$run/rc" ]; then echo "$inner ended: exit $(cat "$run/rc")"; else echo "$inner still running"; fi
     grep -c '^\[' "$run/run.log"; tail -3 "$run/run.log" ;;

@@ -115,7 +115,7 @@ print(f"krung suite exit {sys.argv[4]}: {n} problems in {minutes:.2f} min = {n /
 print(json.dumps(suite["scores"]))
 for p in suite["problems"]:
     if not p.get("correct"):
-        print("not correct:", p["problem"], str(p.get("error") or p.get("verdict"))[:200])
+        print("not correct:", p["problem"], p.get("verdict"), "-", p.get("reason"))
 # What the summary hides: runs krung's judge failed first (tried again in fresh processes),
 # and problems the suite ran again (alone, after running out of memory beside others).
 runs = sqlite3.connect(sys.argv[5]).execute("SELECT problem, env FROM runs").fetchall()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import random
 import shutil
 
 import pytest
 
-from krung.host.suite import find_pairs, scores
+from krung.host.suite import SuiteEntry, find_pairs, scores
+from krung.protocol.results import Run, RungResult, Status
 from tests.conftest import GPUMODE, KERNELBENCH
 
 
@@ -216,3 +218,18 @@ def test_an_evaluation_past_its_deadline_is_stopped_and_not_tried_again(krung, t
     # where it was stopped depends on the machine's load (before the first rung, or in one)
     assert "ran past its deadline (KRUNG_RUN_TIMEOUT=2 s) and was stopped " in run["error"]
     assert "first_try" not in run["env"]
+
+
+def test_a_mismatchs_reason_is_whole_in_json_and_cut_on_the_terminals_line():
+    """What an agent reads of a wrong element (where, got, expected) comes last in a long
+    mismatch line: the suite's JSON keeps it, the terminal's line is cut."""
+    got, expected = random.uniform(-3, 3), random.uniform(-3, 3)
+    error = ("Mismatch: 1/2 test cases fail; batch_size=8,depth=64,height=64,width=64,"
+             "dtype=float32 seed #1: 1/110398464 elements outside atol=3.56717e-05 (the "
+             "policy's 0.0001 x the reference's RMS 0.357) rtol=0.0001; first mismatch at "
+             f"(5, 41, 56, 33, 24): got {got:.6g}, expected {expected:.6g}")
+    run = Run("r", "p", "p.py", "v.py", "0" * 64, rungs=[
+        RungResult("correctness", Status.FAILED, error=error, error_type="Mismatch")])
+    entry = SuiteEntry("p", "p.py", "v.py", "kernelbench", run=run)
+    assert entry.to_json()["reason"] == error
+    assert entry.reason() == error[:240] and len(error) > 240

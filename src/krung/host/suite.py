@@ -109,9 +109,11 @@ class SuiteEntry:
             return "ok" if self.run.ok else "skipped"
         return f"{failed.name}: {failed.error_type}"
 
-    def reason(self) -> str | None:
+    def reason(self, limit: int | None = 240) -> str | None:
         """Why it is not ok, in one line: the first defect of a broken problem, the first
-        line of a failed rung's message (a verdict alone says only which rung)."""
+        line of a failed rung's message (a verdict alone says only which rung); cut at
+        `limit` characters for a terminal's line, whole for JSON (a mismatch's element,
+        got and expected, come last)."""
         if self.error:
             text = self.error
         elif self.run and self.run.error:
@@ -123,7 +125,7 @@ class SuiteEntry:
         lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
         if lines and lines[0].endswith(":") and len(lines) > 1:  # "problem P has 1 defect(s):"
             lines = [lines[1].removeprefix("- ")]
-        return lines[0][:240] if lines else None
+        return lines[0][:limit] if lines else None
 
     def to_json(self) -> dict[str, Any]:
         bench = self.run.rung("benchmark") if self.run else None
@@ -131,7 +133,8 @@ class SuiteEntry:
         return {"problem": self.problem, "problem_path": self.problem_path,
                 "solution": self.solution, "format": self.format, "correct": self.correct,
                 "outcome": self.run.outcome if self.run else "error",
-                "verdict": self.verdict(), "reason": self.reason(), "speedup": self.speedup,
+                "verdict": self.verdict(), "reason": self.reason(limit=None),
+                "speedup": self.speedup,
                 "median_us": figures.get("geomean_us"),
                 "run_id": self.run.run_id if self.run else None, "error": self.error}
 

@@ -446,6 +446,8 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
     row.judge_gpu_mib = _rounded(env.get("judge_device_peak_mib"))
     row.worker_gpu_mib = _rounded(env.get("worker_device_peak_mib"))
     notes = []
+    if env.get("first_try"):  # krung's judge failed first: the second try's row hides it
+        notes.append(f"krung's first try failed: {env['first_try'].get('error', '')[:300]}")
     if env.get("scaled_sizes"):
         notes.append("scaled " + ", ".join(f"{k} {v}" for k, v in env["scaled_sizes"].items()))
     if env.get("scale_note"):

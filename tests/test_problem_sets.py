@@ -299,3 +299,15 @@ def test_every_failure_has_its_cause_or_is_counted_not_yet_explained():
     assert "Not met: 7 rows, 6 of them with a known cause; 1 not yet explained (group/p_py)" \
         in table
     assert table.count("**not yet explained**") == 1
+
+
+def test_a_row_says_when_krungs_first_try_failed():
+    """A run that passed on its second try (krung's judge failed first: out of memory beside
+    other problems, a crash) says so in its row: the verdict alone would hide it."""
+    said = f"krung failed in the run rung, not the version: OutOfMemoryError: {random.random()}"
+    run = {"run_id": "r1", "outcome": "passed", "ok": True, "error": None,
+           "env": {"first_try": {"error": said, "rungs_done": ["static", "compile", "run"]}},
+           "rungs": [{"name": "static", "status": "ok", "figures": {}}]}
+    row = sets.Row("kernelbench", "level1/1_p", "baseline", sets.PASS)
+    sets._read_outcome(row, 0, json.dumps(run), "")
+    assert f"krung's first try failed: {said}" in row.notes

@@ -372,7 +372,8 @@ def test_a_version_cannot_install_a_package(krung, scale_problem, version, tmp_p
 
 # Double-forks a sleeper in a session of its own (optionally first turning off the worker's
 # subreaper, so the orphan climbs to the judge), which writes its pid to a file 20 times a
-# second for a minute; the version itself is honest.
+# second for a minute (a killed sleeper once left it empty, opened and not yet written); the
+# version itself is honest.
 ESCAPES = """
     import ctypes, os, time
     beat = os.path.join(os.environ["XDG_CACHE_HOME"], "beat")
@@ -382,9 +383,10 @@ ESCAPES = """
         try:
             os.setsid()
             if os.fork() == 0:
-                for _ in range(1200):
-                    with open(beat, "w") as f:
+                for _ in range(1200):  # whole, by rename: a kill mid-write leaves no empty beat
+                    with open(beat + ".new", "w") as f:
                         f.write(str(os.getpid()))
+                    os.replace(beat + ".new", beat)
                     time.sleep(0.05)
         finally:
             os._exit(0)

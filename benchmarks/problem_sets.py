@@ -399,7 +399,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         _read_outcome(row, process.returncode, stdout, stderr)
     expected = row.verdict == ("passed" if job.expect == PASS else "failed")
     # Out of GPU memory is the machine's answer, not krung's verdict on the version
-    row.ok = expected and not OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")
+    row.ok = expected and not _out_of_memory(row)
     return row
 
 
@@ -720,8 +720,12 @@ def main() -> None:
         jobs = [j for j in jobs if re.search(args.only, j.problem)]
         if args.limit:
             jobs = jobs[:args.limit]
-        kept = _earlier_rows(args.out, jobs) if args.resume else {}
-        alone = _crowded_out(args.out, jobs) if args.resume else frozenset()
+        earlier = _earlier_rows(args.out, jobs) if args.resume else []
+        # kept, but a timeout or a run out of GPU memory, measured again: such a problem alone
+        kept = {(r.family, r.problem, r.version): r for r in earlier
+                if r.verdict != "timeout" and not _out_of_memory(r)}
+        alone = frozenset((r.family, r.problem) for r in earlier
+                          if not r.ok and _out_of_memory(r))
         if args.rerun:
             kept = {key: row for key, row in kept.items() if not re.search(args.rerun, key[1])}
         kept_problems = {problem for _, problem, _ in kept}
@@ -738,7 +742,7 @@ def main() -> None:
             row = run_job(job, args, store)
             if (job.family, job.problem) in alone:
                 row.notes = "; ".join(filter(None, [
-                    "run again alone (out of GPU memory beside others before)", row.notes]))
+                    f"{ALONE} (out of GPU memory beside others before)", row.notes]))
             if (job.family == "kernelbench" and job.version == "baseline"
                     and (args.kernelbench_check == "all"
                          or (args.kernelbench_check == "failed" and not row.ok))):
@@ -761,13 +765,13 @@ def main() -> None:
             for index, row in enumerate(rows):
                 if (row is not None and not row.ok and row.problem not in kept_problems
                         and (row.family, row.problem) not in alone
-                        and OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")):
+                        and _out_of_memory(row)):
                     rows[index] = None
                     one(index)
                     again = rows[index]
                     if again is not None:
                         again.notes = "; ".join(filter(None, [
-                            "run again alone (out of GPU memory beside another)", again.notes]))
+                            f"{ALONE} (out of GPU memory beside another)", again.notes]))
     finished = [r for r in rows if r is not None]
     if args.markdown:
         args.markdown.write_text(markdown(finished, args))
@@ -781,28 +785,17 @@ def _key(job: Job) -> tuple[str, str, str]:
     return job.family, job.problem, job.version
 
 
-def _earlier_rows(out: Path, jobs: list[Job]) -> dict[tuple[str, str, str], Row]:
-    """The rows an earlier run wrote to `out` for these jobs (a timeout, or a run out of GPU
-    memory beside other problems, is measured again)."""
+def _earlier_rows(out: Path, jobs: list[Job]) -> list[Row]:
+    """The rows an earlier run wrote to `out` for these jobs."""
     if not out.exists():
-        return {}
+        return []
     wanted = {_key(job) for job in jobs}
     rows = [Row(**row) for row in json.loads(out.read_text())]
-    return {key: row for row in rows if (key := (row.family, row.problem, row.version))
-            in wanted and row.verdict != "timeout"
-            and not OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}")}
+    return [row for row in rows if (row.family, row.problem, row.version) in wanted]
 
 
-def _crowded_out(out: Path, jobs: list[Job]) -> frozenset[tuple[str, str]]:
-    """The problems (family, name) of these jobs an earlier run in `out` saw run out of GPU
-    memory."""
-    if not out.exists():
-        return frozenset()
-    wanted = {(job.family, job.problem) for job in jobs}
-    rows = [Row(**row) for row in json.loads(out.read_text())]
-    return frozenset((row.family, row.problem) for row in rows
-                     if (row.family, row.problem) in wanted and not row.ok
-                     and OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}"))
+def _out_of_memory(row: Row) -> bool:
+    return bool(OUT_OF_MEMORY.search(f"{row.error_type} {row.explanation}"))
 
 
 if __name__ == "__main__":

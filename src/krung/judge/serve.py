@@ -188,6 +188,9 @@ def _capped(settings: Settings, problem: Problem) -> Settings:
 def resolve_device(requested: str) -> str:
     import torch
 
+    # cuDNN's convolutions in float32, as in the version's worker (krung.worker.serve's
+    # resolve_device says why), before any problem's code runs
+    torch.backends.cudnn.allow_tf32 = False
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():

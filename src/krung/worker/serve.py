@@ -590,9 +590,15 @@ def import_version(path: Path, shown_as: Path | None = None, sha256: str | None 
 
 
 def resolve_device(requested: str) -> str:
-    """`auto` takes CUDA when torch sees a GPU. Must run before the version imports Triton."""
+    """`auto` takes CUDA when torch sees a GPU; cuDNN's convolutions in float32. Must run
+    before the version imports Triton."""
     import torch
 
+    # Float32 means float32, here as in the judge where the reference runs: torch lets cuDNN
+    # take TF32 algorithms for float32 convolutions, and which one it takes depends on the
+    # workspace free at the call, so the reference and the same code here disagreed by TF32's
+    # error (KernelBench level 1's 76_ beside other problems; docs/problems.md).
+    torch.backends.cudnn.allow_tf32 = False
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cpu":

@@ -13,6 +13,7 @@ import pytest
 from krung.host.scale import Job
 from krung.host.scale.gpu_memory import (
     CONTEXTS_MIB,
+    DECLARED_FACTOR,
     HEADROOM,
     GpuMemory,
     declared_needs_mib,
@@ -78,7 +79,7 @@ def test_a_kernelbench_problems_declared_bytes_are_told_without_allocating_them(
     # The suite's own process asks a process of its own (it does not import torch).
     needs = declared_needs_mib([str(path), str(cpu_only)])
     assert list(needs) == [str(path)]
-    assert needs[str(path)] == pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)
+    assert needs[str(path)] == pytest.approx(DECLARED_FACTOR * expected / 2**20 + CONTEXTS_MIB)
 
 
 def test_a_problem_that_prints_or_takes_too_long_spoils_no_other_estimate(tmp_path):
@@ -99,7 +100,7 @@ def test_a_problem_that_prints_or_takes_too_long_spoils_no_other_estimate(tmp_pa
     start = time.monotonic()
     needs = declared_needs_mib([str(p) for p in (first, talker, sleeper, last)])
     assert time.monotonic() - start < 5 * DESCRIBE_S
-    assert needs == {str(path): pytest.approx(2 * size / 2**20 + CONTEXTS_MIB)
+    assert needs == {str(path): pytest.approx(DECLARED_FACTOR * size / 2**20 + CONTEXTS_MIB)
                      for path, size in ((first, first_bytes), (talker, talker_bytes),
                                         (last, last_bytes))}
 
@@ -113,7 +114,8 @@ def test_a_batch_that_runs_out_of_time_keeps_the_problems_told_before(tmp_path):
                         "    except BaseException:\n        pass\n")
     # The first is told in about 4 s (torch's import most of it), twice that on a busy machine.
     needs = declared_needs_mib([str(first), str(stubborn)], timeout_s=12)
-    assert needs == {str(first): pytest.approx(2 * first_bytes / 2**20 + CONTEXTS_MIB)}
+    assert needs == {
+        str(first): pytest.approx(DECLARED_FACTOR * first_bytes / 2**20 + CONTEXTS_MIB)}
 
 
 def test_a_small_job_starts_beside_a_big_one_that_waits_on_one_gpu():
@@ -233,7 +235,7 @@ def test_a_problems_need_is_what_its_runs_measured_else_its_declared_bytes(tmp_p
     needs = problem_needs(settings, jobs)
     assert needs == {
         str(measured_path): pytest.approx(judge + worker + CONTEXTS_MIB),
-        str(declared_path): pytest.approx(2 * expected / 2**20 + CONTEXTS_MIB)}
+        str(declared_path): pytest.approx(DECLARED_FACTOR * expected / 2**20 + CONTEXTS_MIB)}
     memory = GpuMemory({"0": 80_000.0}, per_gpu=2, needs=needs)
     memory.give_back(memory.take(str(declared_path)), str(declared_path),
                      {"judge_device_peak_mib": 1.0e5, "worker_device_peak_mib": 1.0})

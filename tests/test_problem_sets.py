@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from benchmarks import problem_sets as sets
 
-from krung.host.scale.gpu_memory import CONTEXTS_MIB, HEADROOM
+from krung.host.scale.gpu_memory import CONTEXTS_MIB, DECLARED_FACTOR, HEADROOM
 from tests.conftest import KERNELBENCH, REPO
 from tests.test_gpu_memory import kernelbench_problem
 
@@ -204,7 +204,8 @@ def test_a_need_is_what_an_earlier_row_measured_else_the_declared_bytes(gpu, tmp
     memory = sets.shared_gpu(run_args(2), jobs, kept)
     assert memory is not None
     assert memory.needs == {str(measured_path): pytest.approx(most),
-                            str(told): pytest.approx(2 * told_bytes / 2**20 + CONTEXTS_MIB)}
+                            str(told): pytest.approx(
+                                DECLARED_FACTOR * told_bytes / 2**20 + CONTEXTS_MIB)}
     assert memory.need("0", str(tmp_path)) == pytest.approx(USABLE / 2)
     scaled = sets.shared_gpu(run_args(2, scale=0.5), jobs, kept)
     assert scaled is not None and scaled.needs == {str(measured_path): pytest.approx(most)}

@@ -58,6 +58,22 @@ def test_a_judge_killed_by_sigsegv_is_tried_again_then_reported_as_krungs(
         assert run["error"] is None and run["env"]["judge"] == "cold"
 
 
+def test_the_progress_of_a_second_try_says_what_failed_first(tmp_path, version, monkeypatch):
+    """A suite's progress lines are where a judge failing first shows (the summary counts
+    only the second try): they say what failed, so memory is told from a crash."""
+    import krung
+
+    monkeypatch.setenv("KRUNG_SERVICE", "off")
+    said: list[tuple[str, str]] = []
+    run = krung.evaluate(_crashing_problem(tmp_path, always=False), version("good", GOOD),
+                         rungs=RUNGS, device="cpu", store=tmp_path / "store" / "krung.db",
+                         on_progress=lambda rung, message: said.append((rung, message)))
+    assert run.ok
+    told = [message for rung, message in said if rung == "krung"]
+    assert len(told) == 1 and told[0].startswith(
+        "krung's judge failed, not the version (the judge process exited with status -11"), said
+
+
 def test_a_rung_whose_judge_code_raises_is_krungs_error_not_the_versions(krung, tmp_path,
                                                                           version):
     """An exception of the judge's own (krung's or the problem's code: here the reference

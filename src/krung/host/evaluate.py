@@ -160,9 +160,10 @@ def _second_try(run: Run, db: Store, request: messages.Request, settings: Settin
     run.rungs.clear()
     db.clear_rungs(run.run_id)
     db.update_env(run)
-    if on_progress:
-        on_progress("krung", "krung's judge failed, not the version; trying once more in fresh "
-                             "processes with the kernel census off")
+    if on_progress:  # what failed, so a suite's progress lines tell memory from a crash
+        why = run.env["first_try"]["error"][:200]
+        on_progress("krung", f"krung's judge failed, not the version ({why}); trying once more "
+                             "in fresh processes with the kernel census off")
     settings = settings.replace(service="off", judge_forks="", kernel_census=False)
     return dataclasses.replace(request, settings=_shared(settings)), settings
 

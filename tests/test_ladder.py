@@ -185,6 +185,24 @@ def test_run_rung_turns_every_outcome_into_a_result(tmp_path):
     assert "Traceback" in (broken.details or "") and "breaks" in (broken.details or "")
 
 
+def test_each_rung_starts_with_the_cache_the_rungs_before_left_handed_back(tmp_path,
+                                                                        monkeypatch):
+    """At declared sizes the run rung's dead blocks (about six copies of an input) counted
+    beside correctness's first draws: every rung hands torch's cache back before it starts,
+    a rung that skips or fails as well (on a CPU it is a no-op: the order is what is pinned)."""
+    ctx = context(tmp_path)
+    events: list[str] = []
+    monkeypatch.setattr(ctx, "release_cache", lambda: events.append("released"))
+
+    def records(_: Context) -> dict:
+        events.append("ran")
+        raise RungSkipped("nothing to do")
+
+    for _ in range(2):
+        run_rung("r", records, ctx)
+    assert events == ["released", "ran"] * 2
+
+
 def test_a_workers_error_record_becomes_a_rung_failure():
     made = failure({"type": "ZeroDivisionError", "message": "division by zero",
                     "hint": "check the divisor", "location": "v.py:9", "details": "  9 | 1/0"},

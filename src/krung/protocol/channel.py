@@ -164,6 +164,8 @@ class Channel:
             if max_tensor_bytes is not None and total > max_tensor_bytes:
                 raise TooLarge(f"the reply holds {total} bytes of tensors, more than the "
                                f"{max_tensor_bytes} expected")
+            if self.cuda_ipc and total >= RELEASE_BYTES:
+                _release_cache()  # the last message's blocks, freed above, before this one's
             tensors = [self._recv_tensor(spec) for spec in sorted(specs, key=_index)]
             if self.acknowledge and any("ipc" in spec for spec in specs):
                 self._conn.send_bytes(COPIED)

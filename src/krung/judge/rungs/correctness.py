@@ -299,6 +299,10 @@ def run(ctx: Context) -> dict[str, Any]:
         figures["threads_started"] = threads
     figures.update(conduct.figures())
     if failures:
+        # The failed call's data dropped and its blocks handed back before the reference
+        # runs twice more on fresh inputs (at declared sizes, four copies of an input each)
+        inputs = expected = reply = verdict = None
+        ctx.release_cache()
         raise _mismatch(failures, rows, figures, _nondeterminism(ctx, failures))
     return figures
 

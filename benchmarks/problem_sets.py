@@ -274,8 +274,8 @@ def shared_gpu(args: argparse.Namespace, jobs: list[Job],
     declared bytes (KernelBench at declared sizes), else one job's share of the GPU; the rows
     of this run teach the rest (Turns.give_back). A problem in `alone` (an earlier row ran
     out of GPU memory beside others: its need is unknown, and more than was guessed) needs
-    the whole GPU, so it runs alone in its turn rather than at a run's end the clock may
-    never reach."""
+    the whole GPU, so it runs alone (first: see `main`) rather than at a run's end the clock
+    may never reach."""
     if args.jobs < 2 or args.device == "cpu":
         return None
     # krung's runs use the first GPU they see
@@ -756,9 +756,12 @@ def main() -> None:
                       f"{row.error_type} {row.explanation[:160]}", flush=True)
             return row
 
-        # the rows an earlier run measured (--resume) are kept, the rest run in turns
-        turns = Turns({i: job for i, job in enumerate(jobs) if rows[i] is None},
-                      shared_gpu(args, jobs, kept, alone))
+        # the rows an earlier run measured (--resume) are kept, the rest run in turns: the
+        # problems that need the whole GPU first, while it is empty (in their turn, the jobs
+        # behind that fit would pass them until the run's end)
+        waiting = sorted((i for i in range(len(jobs)) if rows[i] is None),
+                         key=lambda i: (jobs[i].family, jobs[i].problem) not in alone)
+        turns = Turns({i: jobs[i] for i in waiting}, shared_gpu(args, jobs, kept, alone))
         with warm_judges(args, store):
             turns.run(max(1, args.jobs), one)
         if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone

@@ -22,20 +22,22 @@ The sets travel as one small tarball (the GPU machine has no network):
 `run` writes its JSON after every problem, so an interrupted run keeps what it measured;
 `--resume` keeps the rows an earlier run wrote to `--out` and runs the rest, and `--stop-after
 S` starts no problem after S seconds: the whole sets at declared sizes, over several device
-calls of ten minutes each. GPU MODE's quick problems run first, then KernelBench, then the
-problems whose authors give a submission more than six minutes, each given that time (its
-task.yml's test and benchmark timeouts) where it is more than `--timeout`. With `--jobs N` on a
-GPU whose memory nvidia-smi tells, a job starts only where its problem's device memory fits
-beside the jobs at work (krung.host.scale.gpu_memory, as krung's own suites share a GPU): at
-declared sizes, level 1's 6 GiB inputs run a GPU out of memory three at once. The rungs are
-krung's default ladder (benchmark and artifacts included) unless `--rungs` names others. The
-runs take their judges warm from a krung service on the run's store (`--no-service`: each
-starts its own, as a first `krung run` does), and KernelBench's own check runs where krung
-did not pass the baseline (`--kernelbench-check`), since it is there to explain a failure:
-both spare a device call the seconds of starting torch and CUDA again per problem.
-GPU MODE's problems make their data on `cuda`; on a CPU they fail to load, saying so.
-`--cuda-as-cpu` runs a copy whose `"cuda"` literals read `"cpu"`: not the problems as they
-are, but a check of krung's handling of them on a machine without a GPU.
+calls of ten minutes each. A row names the card it ran on; with `--prefer-card REGEX`, a
+resumed run on a card whose name matches runs the rows kept from other cards again, after the
+jobs not run yet: one card's table, over the calls that card is lent. GPU MODE's quick problems
+run first, then KernelBench, then the problems whose authors give a submission more than six
+minutes, each given that time (its task.yml's test and benchmark timeouts) where it is more
+than `--timeout`. With `--jobs N` on a GPU whose memory nvidia-smi tells, a job starts only
+where its problem's device memory fits beside the jobs at work (krung.host.scale.gpu_memory, as
+krung's own suites share a GPU): at declared sizes, level 1's 6 GiB inputs run a GPU out of
+memory three at once. The rungs are krung's default ladder (benchmark and artifacts included)
+unless `--rungs` names others. The runs take their judges warm from a krung service on the
+run's store (`--no-service`: each starts its own, as a first `krung run` does), and
+KernelBench's own check runs where krung did not pass the baseline (`--kernelbench-check`),
+since it is there to explain a failure: both spare a device call the seconds of starting torch
+and CUDA again per problem. GPU MODE's problems make their data on `cuda`; on a CPU they fail
+to load, saying so. `--cuda-as-cpu` runs a copy whose `"cuda"` literals read `"cpu"`: not the
+problems as they are, but a check of krung's handling of them on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -155,6 +158,7 @@ class Row:
     notes: str = ""
     kernelbench_check: str = ""  # KernelBench's own check on the honest baseline
     run_id: str = ""
+    card: str = ""  # the GPU it ran on (nvidia-smi's name), "cpu", or "" (not told)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -278,8 +282,7 @@ def shared_gpu(args: argparse.Namespace, jobs: list[Job],
     may never reach."""
     if args.jobs < 2 or args.device == "cpu":
         return None
-    # krung's runs use the first GPU they see
-    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    gpu = first_gpu()
     sizes = gpu_memory_mib([gpu])
     if not sizes:
         return None
@@ -301,6 +304,26 @@ def shared_gpu(args: argparse.Namespace, jobs: list[Job],
           f"{len(whole)} (out of memory beside others before), 1/{args.jobs} of the GPU for "
           "the rest", flush=True)
     return GpuMemory(sizes, args.jobs, {**declared, **measured, **whole})
+
+
+def first_gpu() -> str:
+    """The GPU krung's runs use: the first they see."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+
+
+def card_of(device: str) -> str:
+    """The card this run's rows are measured on: the first visible GPU's name as nvidia-smi
+    tells it; "cpu" for --device cpu, or --device auto where no GPU is told; else ""."""
+    if device != "cpu":
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            told = subprocess.run(["nvidia-smi", "--query-gpu=index,name",
+                                   "--format=csv,noheader"], capture_output=True, text=True,
+                                  timeout=30).stdout
+            for line in told.splitlines():
+                index, _, name = (part.strip() for part in line.partition(","))
+                if index == first_gpu() and name:
+                    return name
+    return "cpu" if device in ("cpu", "auto") else ""
 
 
 def gpu_peaks(row: Row) -> dict[str, float | None]:
@@ -373,7 +396,7 @@ def warm_judges(args: argparse.Namespace, store: Path) -> Iterator[None]:
 
 
 def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
-    row = Row(job.family, job.problem, job.version, job.expect)
+    row = Row(job.family, job.problem, job.version, job.expect, card=args.card)
     env = job_env(args, store)
     rungs = [] if args.rungs == DEFAULT_RUNGS else ["--rungs", args.rungs]
     command = [sys.executable, "-m", "krung", "run", str(job.path), str(job.source), *rungs,
@@ -604,6 +627,10 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
                          f"baseline on {len(fine)}/{len(own)}; of those krung passed "
                          f"{sum(r.ok for r in fine)}.")
         lines.append("")
+    cards = Counter(r.card or "not told" for r in rows)
+    lines += ["Cards: " + "; ".join(f"{card} {n} rows" for card, n in cards.most_common())
+              + ".", ""]
+    many = len(cards) > 1  # then each row names its own
     missed = [r for r in rows if not r.ok]
     if missed:
         unknown = [r for r in missed if not cause(r)]
@@ -611,10 +638,11 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
                   f"known cause; {len(unknown)} not yet explained"
                   + (f" ({', '.join(sorted({r.problem for r in unknown})[:12])})"
                      if unknown else "") + ".", ""]
-    lines.append("| problem | version | expect | result | wall s | judge MiB | worker MiB | "
-                 "judge GPU MiB | worker GPU MiB | KernelBench check | failure, explained | "
-                 "notes |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    heads = ["problem", "version", "expect", "result", "wall s", "judge MiB", "worker MiB",
+             "judge GPU MiB", "worker GPU MiB", "KernelBench check", "failure, explained",
+             "notes", *["card"] * many]
+    lines.append("| " + " | ".join(heads) + " |")
+    lines.append("|" + "---|" * len(heads))
     for r in rows:
         result = ("ok" if r.ok else "**NOT MET**") + f" ({r.verdict})"
         failure = f"{r.failed_rung}: {r.explanation}" if r.failed_rung else r.explanation
@@ -625,7 +653,8 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
         cells = [r.problem, r.version, r.expect, result, f"{r.wall_s:g}",
                  _cell(r.judge_peak_mib), _cell(r.worker_peak_mib),
                  _cell(r.judge_gpu_mib),
-                 _cell(r.worker_gpu_mib), r.kernelbench_check, failure, r.notes]
+                 _cell(r.worker_gpu_mib), r.kernelbench_check, failure, r.notes,
+                 *[r.card or "not told"] * many]
         lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -677,6 +706,9 @@ def main() -> None:
     running.add_argument("--rerun", default="",
                          help="with --resume: a regex over problem names whose kept rows run "
                               "again (a krung bug fixed since they ran)")
+    running.add_argument("--prefer-card", default="", metavar="REGEX",
+                         help="with --resume, on a card whose name matches: the rows kept "
+                              "from other cards run again, after the jobs not run yet")
     running.add_argument("--stop-after", type=float, default=0,
                          help="seconds after which no job starts (0: none); --resume goes on")
     running.add_argument("--markdown", type=Path, default=None)
@@ -728,7 +760,15 @@ def main() -> None:
                           if not r.ok and _out_of_memory(r))
         if args.rerun:
             kept = {key: row for key, row in kept.items() if not re.search(args.rerun, key[1])}
-        kept_problems = {problem for _, problem, _ in kept}
+        args.card = card_of(args.device)
+        # kept until run again, and run after the jobs not run yet
+        other_cards = {key for key, row in kept.items()
+                       if args.prefer_card and re.search(args.prefer_card, args.card)
+                       and not re.search(args.prefer_card, row.card)}
+        if other_cards:
+            print(f"{len(other_cards)} rows kept from other cards run again on "
+                  f"{args.card}, after the jobs not run yet", flush=True)
+        kept_problems = {problem for _, problem, _ in kept.keys() - other_cards}
         rows: list[Row | None] = [kept.get(_key(job)) for job in jobs]
         lock = threading.Lock()
         started = time.monotonic()
@@ -759,8 +799,10 @@ def main() -> None:
         # the rows an earlier run measured (--resume) are kept, the rest run in turns: the
         # problems that need the whole GPU first, while it is empty (in their turn, the jobs
         # behind that fit would pass them until the run's end)
-        waiting = sorted((i for i in range(len(jobs)) if rows[i] is None),
-                         key=lambda i: (jobs[i].family, jobs[i].problem) not in alone)
+        waiting = sorted((i for i in range(len(jobs))
+                          if rows[i] is None or _key(jobs[i]) in other_cards),
+                         key=lambda i: (_key(jobs[i]) in other_cards,
+                                        (jobs[i].family, jobs[i].problem) not in alone))
         turns = Turns({i: jobs[i] for i in waiting}, shared_gpu(args, jobs, kept, alone))
         with warm_judges(args, store):
             turns.run(max(1, args.jobs), one)

@@ -132,13 +132,15 @@ PY
     # The whole sets take several calls: copy the sets.json a call brought back to
     # .gpu/sets.json (carried) and the next call goes on from it; none starts a problem after
     # STOP_AFTER seconds. SETS_ARGS is split on spaces (no quotes inside it); a --rerun
-    # regex goes in SETS_RERUN, whole.
+    # regex goes in SETS_RERUN, whole. The table is the H200's: on one, the rows other cards
+    # measured run again after the rest (SETS_CARD, a regex over nvidia-smi's name).
     resume=""
     if [ -f .gpu/sets.json ]; then cp .gpu/sets.json "$OUT/sets.json"; resume=--resume; fi
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
       --jobs "${JOBS:-2}" --timeout "${TIMEOUT:-300}" --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
       --stop-after "${STOP_AFTER:-420}" $resume ${SETS_ARGS:-} \
-      ${SETS_RERUN:+--rerun "$SETS_RERUN"} 2>&1 | tee "$OUT/sets.log" ;;
+      --prefer-card "${SETS_CARD:-H200}" ${SETS_RERUN:+--rerun "$SETS_RERUN"} 2>&1 \
+      | tee "$OUT/sets.log" ;;
   *-bg)
     inner=${part%-bg}
     run=/tmp/krung-$inner

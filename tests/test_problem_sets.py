@@ -30,12 +30,21 @@ USABLE = H100_MIB * HEADROOM
 SETTLE_S = 0.3  # how long a job that must not start is given to start all the same
 
 
+H100 = "NVIDIA H100 80GB HBM3"
+
+
 @pytest.fixture
 def gpu(tmp_path, monkeypatch) -> None:
     """An 80 GB GPU 0, as a stand-in nvidia-smi on PATH tells it."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(f"#!/bin/sh\nprintf '0, {H100_MIB:.0f}\\n'\n")
+    stand_in_gpu(tmp_path / "bin", monkeypatch, H100)
+
+
+def stand_in_gpu(folder: Path, monkeypatch, name: str, mib: float = H100_MIB) -> None:
+    """GPU 0 as a stand-in nvidia-smi first on PATH tells it: its name, else its memory."""
+    smi = folder / "nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text(f"#!/bin/sh\ncase \"$*\" in *name*) printf '0, {name}\\n' ;;\n"
+                   f"  *) printf '0, {mib:.0f}\\n' ;;\nesac\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -276,6 +285,55 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     rows = {row["problem"]: row for row in json.loads(out.read_text())}
     assert rows[f"level1/{names[0]}"]["run_id"] and rows[f"level1/{names[0]}"] != measured_row
     assert rows[f"level1/{names[1]}"] == done_rows[f"level1/{names[1]}"]  # kept this time
+
+
+def test_on_the_preferred_card_the_rows_from_other_cards_run_again_after_the_new_ones(
+        gpu, tmp_path, monkeypatch):
+    """A row names its card. --prefer-card: a resumed run on a card it names runs the rows
+    kept from other cards (or from no card told) again, after the jobs not run yet, and keeps
+    its own card's; on another card it keeps them all. The table counts the rows per card."""
+    level1 = tmp_path / "sets" / "KernelBench" / "KernelBench" / "level1"
+    level1.mkdir(parents=True)
+    (tmp_path / "sets" / "reference-kernels" / "problems").mkdir(parents=True)
+    names = random.sample(["1_ReLU", "2_RowSoftmax", "3_Linear", "4_LayerNorm",
+                           "5_CrossEntropy"], 5)
+    for name in names[:4]:  # the fifth comes later
+        (level1 / f"{name}.py").write_text((KERNELBENCH / f"{name}.py").read_text())
+    h200 = f"NVIDIA H200 {random.randint(100, 999)}"
+    kept = [asdict(sets.Row("kernelbench", f"level1/{name}", "baseline", sets.PASS, ok=True,
+                            verdict="passed", wall_s=random.uniform(1, 9), card=card))
+            for name, card in zip(names[:3], [h200, H100, ""], strict=True)]
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps(kept))
+    command = [sys.executable, str(REPO / "benchmarks" / "problem_sets.py"), "run",
+               "sets", "--gpumode", "none", "--levels", "1", "--wrong", "0",
+               "--rungs", "static", "--no-service", "--out", str(out), "--resume",
+               "--scale", "0.5", "--prefer-card", "H200"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    on_h100 = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env,
+                             cwd=tmp_path)
+    assert on_h100.returncode == 0, on_h100.stdout + on_h100.stderr
+    rows = {row["problem"]: row for row in json.loads(out.read_text())}
+    assert [rows[f"level1/{name}"] for name in names[:3]] == kept  # another card: all kept
+    assert rows[f"level1/{names[3]}"]["card"] == H100
+    (level1 / f"{names[4]}.py").write_text((KERNELBENCH / f"{names[4]}.py").read_text())
+    stand_in_gpu(tmp_path / "h200", monkeypatch, h200)
+    env["PATH"] = os.environ["PATH"]
+    on_h200 = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env,
+                             cwd=tmp_path)
+    assert on_h200.returncode == 0, on_h200.stdout + on_h200.stderr
+    assert f"3 rows kept from other cards run again on {h200}" in on_h200.stdout
+    printed = [line.split()[1] for line in on_h200.stdout.splitlines() if line.startswith("[")]
+    assert printed[0] == f"level1/{names[4]}", on_h200.stdout  # not run yet, first
+    assert sorted(printed[1:]) == sorted(f"level1/{name}" for name in names[1:4])
+    rows = [sets.Row(**row) for row in json.loads(out.read_text())]
+    assert {row.card for row in rows} == {h200}
+    assert next(row for row in rows if row.problem == f"level1/{names[0]}") \
+        == sets.Row(**kept[0])
+    table = sets.markdown([*rows, sets.Row(**kept[1])], argparse.Namespace(
+        device="cuda", scale=0.5, rungs="static", service=False))
+    assert f"Cards: {h200} 5 rows; {H100} 1 rows." in table
+    assert table.splitlines()[-1].endswith(f"| {H100} |")  # mixed: each row names its card
 
 
 def test_every_failure_has_its_cause_or_is_counted_not_yet_explained():

@@ -628,7 +628,8 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
                          f"{sum(r.ok for r in fine)}.")
         lines.append("")
     cards = Counter(r.card or "not told" for r in rows)
-    lines += ["Cards: " + "; ".join(f"{card} {n} rows" for card, n in cards.most_common())
+    lines += ["Cards: " + "; ".join(f"{card} {n} row{'s' * (n != 1)}"
+                                        for card, n in cards.most_common())
               + ".", ""]
     many = len(cards) > 1  # then each row names its own
     missed = [r for r in rows if not r.ok]

@@ -332,7 +332,7 @@ def test_on_the_preferred_card_the_rows_from_other_cards_run_again_after_the_new
         == sets.Row(**kept[0])
     table = sets.markdown([*rows, sets.Row(**kept[1])], argparse.Namespace(
         device="cuda", scale=0.5, rungs="static", service=False))
-    assert f"Cards: {h200} 5 rows; {H100} 1 rows." in table
+    assert f"Cards: {h200} 5 rows; {H100} 1 row." in table
     assert table.splitlines()[-1].endswith(f"| {H100} |")  # mixed: each row names its card
 
 

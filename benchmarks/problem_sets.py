@@ -762,10 +762,10 @@ def main() -> None:
         if args.rerun:
             kept = {key: row for key, row in kept.items() if not re.search(args.rerun, key[1])}
         args.card = card_of(args.device)
+        preferred = bool(args.prefer_card) and bool(re.search(args.prefer_card, args.card))
         # kept until run again, and run after the jobs not run yet
         other_cards = {key for key, row in kept.items()
-                       if args.prefer_card and re.search(args.prefer_card, args.card)
-                       and not re.search(args.prefer_card, row.card)}
+                       if preferred and not re.search(args.prefer_card, row.card)}
         if other_cards:
             print(f"{len(other_cards)} rows kept from other cards run again on "
                   f"{args.card}, after the jobs not run yet", flush=True)

@@ -525,7 +525,7 @@ def read_rest(path: Path, error: Any) -> list[str]:
     if not nodes:
         error(f"{path}: no tests to run (a gate writes its $OUT/{REST} when some were not "
               f"finished)")
-    if commit and commit != _commit():
+    if commit and not same_commit(commit, _commit()):
         error(f"{path} is the rest of the gate at {commit}, this checkout is {_commit()}: "
               f"run it on the gate's commit (or the whole gate again)")
     return nodes
@@ -596,6 +596,12 @@ def report(rows: list[dict], tests: list[dict], suite: dict, out: Path, wall_s: 
     with record.open("a") as gate:
         gate.write(entry)
     return failed == 0 and crashes == 0 and not unfinished
+
+
+def same_commit(a: str, b: str) -> bool:
+    """Whether two names are of one commit: a full hash and its short form are
+    (KRUNG_GATE_COMMIT is often the full one, git's HEAD here the short)."""
+    return min(len(a), len(b)) >= 7 and (a.startswith(b) or b.startswith(a))
 
 
 def _commit() -> str:

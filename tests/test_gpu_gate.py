@@ -190,6 +190,16 @@ def test_rest_runs_exactly_the_nodes_of_its_file_and_records_its_line(tmp_path):
     assert refused.returncode == 2 and "the rest of the gate at 0000000" in refused.stderr
 
 
+def test_a_rest_file_names_its_commit_by_the_full_hash_or_the_short():
+    gate = _gate()
+    full = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=REPO, check=True).stdout.strip()
+    cut = random.randint(7, 39)
+    assert gate.same_commit(full, full[:cut]) and gate.same_commit(full[:cut], full)
+    other = f"{(int(full[0], 16) + 1) % 16:x}{full[1:cut]}"
+    assert not gate.same_commit(full, other) and not gate.same_commit(full, full[:6])
+
+
 def test_corpus_runs_the_clock_left_are_not_finished_and_the_rest_runs_them(tmp_path):
     """A corpus run the gate's time never started is not finished (not failed), named in
     gate-rest.txt by its mode, expectation and paths from the repository; `--rest` runs it,

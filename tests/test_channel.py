@@ -131,3 +131,36 @@ def test_the_peers_acknowledgement_frees_our_copies_and_is_no_message(pair):
     worker._conn.send_bytes(COPIED)  # read by `recv` without a `poll` first, too
     worker.send({"ok": False})
     assert judge.recv() == {"ok": False}
+
+
+def test_new_values_are_received_into_the_tensors_held(pair):
+    """A `time` request's refill lands in the input sets the worker holds, no second copy
+    beside them; a tensor that cannot take its values as they come (another shape or dtype,
+    another layout, grad), and a field whose count differs, get new tensors as before."""
+    left, right = pair
+    g = torch.Generator().manual_seed(torch.seed())
+    held = [[torch.randn(7, 5, generator=g), torch.randint(1, 9, (3,), generator=g)],
+            [torch.randn(4, 6, generator=g).t().contiguous(), torch.randn(2, generator=g)]]
+    fresh = [[torch.randn(7, 5, generator=g), torch.randint(1, 9, (3,), generator=g)],
+             [torch.randn(6, 4, generator=g).t(), torch.randn(2, generator=g)]]
+    addresses = [t.data_ptr() for s in held for t in s]
+    held[1][1].requires_grad_(True)  # a leaf the bytes may not be written into
+    left.send({"tag": "time", "refill": fresh, "plan": {"n": 1}})
+    got = right.recv(into={"refill": held})
+    assert got["plan"] == {"n": 1}
+    assert got["refill"][0][0] is held[0][0] and got["refill"][0][1] is held[0][1]
+    assert [held[0][0].data_ptr(), held[0][1].data_ptr()] == addresses[:2]
+    assert torch.equal(held[0][0], fresh[0][0]) and torch.equal(held[0][1], fresh[0][1])
+    # column-major values for a row-major tensor, and a tensor with grad: new ones
+    assert got["refill"][1][0] is not held[1][0] and torch.equal(got["refill"][1][0], fresh[1][0])
+    assert got["refill"][1][0].stride() == fresh[1][0].stride()
+    assert got["refill"][1][1] is not held[1][1] and torch.equal(got["refill"][1][1], fresh[1][1])
+    # a field whose tensors do not pair one for one with ours: nothing of ours is written
+    before = held[0][0].clone()
+    left.send({"tag": "time", "refill": [[fresh[0][0]]]})
+    got = right.recv(into={"refill": held})
+    assert got["refill"][0][0] is not held[0][0] and torch.equal(held[0][0], before)
+    left.send({"tag": "time", "inputs": fresh})  # no refill: new sets
+    got = right.recv(into={"refill": held})
+    got_leaves = [t for s in got["inputs"] for t in s]
+    assert not {id(t) for t in got_leaves} & {id(t) for s in held for t in s}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from krung.protocol import messages
-from krung.protocol.tree import json_safe
+from krung.protocol.tree import json_safe, leaves
 
 TENSOR_KEY = "__tensor__"
 TUPLE_KEY = "__tuple__"
@@ -134,15 +134,19 @@ class Channel:
         return True
 
     def recv(self, max_tensor_bytes: int | None = None,
-             expect: messages.TaggedUnion | messages.Replies | None = None) -> Any:
+             expect: messages.TaggedUnion | messages.Replies | None = None,
+             into: dict[str, Any] | None = None) -> Any:
         """The next message; tensors come back as CPU tensors, or CUDA ones when they came by
         IPC. With `max_tensor_bytes`, a message whose tensors add up to more is refused before
         any of them is allocated (the channel is then unusable). With `expect`, the message
-        it decodes (ProtocolError if it is none of them), else the data as sent."""
-        data = self._recv(max_tensor_bytes)
+        it decodes (ProtocolError if it is none of them), else the data as sent. `into` maps
+        a field of the message to tensors of ours its tensors are received into, where each
+        has its tensor's dtype, shape and layout: the message then holds ours, with its
+        values (new values for data held, without a second copy of it beside)."""
+        data = self._recv(max_tensor_bytes, into or {})
         return data if expect is None else expect.decode(data)
 
-    def _recv(self, max_tensor_bytes: int | None) -> dict[str, Any]:
+    def _recv(self, max_tensor_bytes: int | None, into: dict[str, Any]) -> dict[str, Any]:
         try:
             frame, self._pending = self._pending, None
             if frame is None:
@@ -166,7 +170,9 @@ class Channel:
                                f"{max_tensor_bytes} expected")
             if self.cuda_ipc and total >= RELEASE_BYTES:
                 _release_cache()  # the last message's blocks, freed above, before this one's
-            tensors = [self._recv_tensor(spec) for spec in sorted(specs, key=_index)]
+            places = _places(header, into)
+            tensors = [self._recv_tensor(spec, places.get(_index(spec)))
+                       for spec in sorted(specs, key=_index)]
             if self.acknowledge and any("ipc" in spec for spec in specs):
                 self._conn.send_bytes(COPIED)
             return _restore_tensors(header, tensors)
@@ -181,19 +187,22 @@ class Channel:
             exported.free()
         self._exported.clear()
 
-    def _recv_tensor(self, spec: dict[str, Any]) -> Any:
-        """Receive one tensor's bytes straight into its own storage (no extra copies)."""
+    def _recv_tensor(self, spec: dict[str, Any], place: Any = None) -> Any:
+        """Receive one tensor's bytes straight into its own storage (no extra copies): into
+        `place` where it fits, else a new tensor."""
         import torch
 
         dtype = getattr(torch, spec["dtype"])
         shape = tuple(spec["shape"])
+        if place is not None and not _fits(place, spec, dtype, device="ipc" in spec):
+            place = None
         if "ipc" in spec:
             from krung.protocol.cuda_ipc import import_copy
 
             ipc = spec["ipc"]
-            return _with_strides(import_copy(ipc["handle"], dtype, shape, ipc.get("offset", 0)),
-                                 spec)
-        tensor = torch.empty(shape, dtype=dtype)
+            copied = import_copy(ipc["handle"], dtype, shape, ipc.get("offset", 0), into=place)
+            return copied if place is not None else _with_strides(copied, spec)
+        tensor = place if place is not None else torch.empty(shape, dtype=dtype)
         if tensor.numel() == 0:
             self._conn.recv_bytes(MAX_FRAME_BYTES)
             return tensor
@@ -204,7 +213,7 @@ class Channel:
             raise ValueError(f"tensor frame larger than its {shape} {dtype} spec") from None
         if size != buffer.nbytes:
             raise ValueError(f"tensor frame of {size} bytes for a {shape} {dtype} tensor")
-        return _with_strides(tensor, spec)
+        return tensor if place is not None else _with_strides(tensor, spec)
 
     def close(self) -> None:
         self._free_exported()
@@ -339,6 +348,30 @@ def _restore_tensors(value: Any, tensors: list[Any]) -> Any:
     if isinstance(value, list):
         return [_restore_tensors(v, tensors) for v in value]
     return value
+
+
+def _places(header: dict[str, Any], into: dict[str, Any]) -> dict[int, Any]:
+    """Our tensors that `header`'s tensors go into, by the header's numbering: each field's
+    tensors paired with `into`'s tensors for it in the same order (depth first), a field
+    whose count differs left out."""
+    places: dict[int, Any] = {}
+    for field, ours in into.items():
+        specs: list[dict[str, Any]] = []
+        _collect_specs(header.get(field), specs)
+        mine = leaves(ours)
+        if len(specs) == len(mine):
+            places.update((_index(spec), tensor) for spec, tensor in zip(specs, mine, strict=True))
+    return places
+
+
+def _fits(place: Any, spec: dict[str, Any], dtype: Any, device: bool) -> bool:
+    """Whether `place`, one of our tensors, can take the tensor `spec` describes as it comes:
+    the same dtype and shape, dense row-major as the bytes are, on the GPU for IPC's device
+    bytes (else in host memory for a frame's)."""
+    return (place.dtype == dtype and list(place.shape) == list(spec["shape"])
+            and place.is_contiguous() and place.is_cuda == device and not place.requires_grad
+            and (not spec.get("stride") or list(place.stride()) == list(spec["stride"])
+                 or place.numel() <= 1))
 
 
 def _with_strides(tensor: Any, spec: dict[str, Any]) -> Any:

@@ -124,8 +124,10 @@ def _allocate(nbytes: int) -> int:
     return pointer.value
 
 
-def import_copy(handle: str, dtype: Any, shape: tuple, offset: int = 0) -> Any:
-    """A tensor of this process holding the bytes at `offset` behind a peer's IPC handle."""
+def import_copy(handle: str, dtype: Any, shape: tuple, offset: int = 0,
+                into: Any = None) -> Any:
+    """A tensor of this process holding the bytes at `offset` behind a peer's IPC handle:
+    `into` (a contiguous device tensor of that dtype and shape) where given, else a new one."""
     import torch
 
     data = base64.b64decode(handle)
@@ -137,7 +139,7 @@ def import_copy(handle: str, dtype: Any, shape: tuple, offset: int = 0) -> Any:
                                       ctypes.c_uint(_IPC_LAZY_ENABLE_PEER_ACCESS)),
           "cuIpcOpenMemHandle", _FALLBACK)
     try:
-        out = torch.empty(shape, dtype=dtype, device="cuda")
+        out = torch.empty(shape, dtype=dtype, device="cuda") if into is None else into
         nbytes = out.numel() * out.element_size()  # what the spec implies, not what was said
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         check(lib().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), pointer),

@@ -82,7 +82,9 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                data = self.channel.recv()
+                # a `time` request's new values go straight into the sets held: at declared
+                # sizes a second copy of them beside would not fit
+                data = self.channel.recv(into={"refill": self.time_sets})
             except ChannelClosed:
                 return
             except Exception as exc:  # the inputs cannot be placed: no memory, a broken context
@@ -251,7 +253,8 @@ class Worker:
         if request.refill is not None:
             for held, values in zip(self.time_sets, request.refill, strict=True):
                 for tensor, value in zip(leaves(held), leaves(values), strict=True):
-                    tensor.copy_(value)
+                    if value is not tensor:  # not received into it (krung.protocol.channel)
+                        tensor.copy_(value)
         sets = self.time_sets
         tuned = self.autotune_before_timing(sets) if request.inputs is not None else []
         call = _TimedCall(self.site, self.kernel, sets, self.plain)

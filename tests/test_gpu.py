@@ -337,3 +337,25 @@ def test_the_benchmarks_new_values_land_in_the_sets_the_worker_holds(krung, tmp_
     copies = env["worker_device_peak_mib"] / 1024  # the input is 1 GiB
     print(f"worker peak: {copies:.2f} copies of the input; judge {env['judge_device_peak_mib']}")
     assert copies < 1.5, env
+
+
+# The same row sum, its one checked case as large as its bench case.
+LARGE_CHECKED = LARGE_IN_SMALL_OUT.replace(
+    'test_cases = [{"rows": 3, "cols": 17, "dtype": "float32"}]',
+    'test_cases = [{"rows": 1 << 14, "cols": 1 << 14, "dtype": "float32"}]')
+
+
+def test_the_judge_hands_back_every_large_block_it_freed(krung, tmp_path, version):
+    """The judge's long-lived scratch (cuBLAS's workspaces, the L2 flush buffer) is allocated
+    before any problem's data: made after a 1 GiB input was freed, it would sit in that
+    block and keep the whole segment from the driver, beside every later case."""
+    (tmp_path / "rowsum").mkdir()
+    (tmp_path / "rowsum" / "problem.py").write_text(LARGE_CHECKED)
+    solution = version("rowsum", "def kernel(x):\n    return x.sum(dim=1)\n")
+    result = krung("run", tmp_path / "rowsum", solution, "--device", "cuda", "--rungs",
+                   "static,compile,run,correctness,benchmark", "--json", timeout=300)
+    assert result.code == 0, result.stdout + result.stderr
+    env = result.json()["env"]
+    print(f"judge: peak {env['judge_device_peak_mib']} MiB, pinned "
+          f"{env['judge_device_pinned_mib']} MiB; worker peak {env['worker_device_peak_mib']}")
+    assert env["judge_device_pinned_mib"] < 256, env

@@ -200,6 +200,24 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def hold_scratch() -> None:
+    """On the GPU, what the judge keeps for its life, allocated before any problem's data:
+    cuBLAS's workspaces (its first matmul and dot; torch keeps them, and empty_cache does not
+    give them back) and the L2 flush buffer. Made later, each would land in a block a freed
+    input left in torch's cache and hold that input's whole segment: a likely cause, not
+    measured, of a judge that held three copies of a 16 GiB input with two live
+    (`judge_device_pinned_mib` tells)."""
+    import torch
+
+    from krung.worker.timing import allocate_flush
+
+    allocate_flush()
+    small = torch.ones(8, 8, device="cuda")
+    torch.mm(small, small)
+    torch.dot(small[0], small[0])
+    torch.cuda.synchronize()
+
+
 def environment(device: str) -> dict[str, Any]:
     """Everything that could change a figure: device, driver, library versions."""
     import numpy
@@ -251,8 +269,11 @@ def _worker_facts(candidate: Candidate) -> dict[str, Any]:
     if "device_peak_mib" in facts:  # torch's reservations on the GPU
         import torch
 
+        torch.cuda.empty_cache()  # what is left reserved and free: held by a live block
+        pinned = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
         memory.update(worker_device_peak_mib=facts["device_peak_mib"],
-                      judge_device_peak_mib=round(torch.cuda.max_memory_reserved() / 2**20, 1))
+                      judge_device_peak_mib=round(torch.cuda.max_memory_reserved() / 2**20, 1),
+                      judge_device_pinned_mib=round(pinned / 2**20, 1))
     return {**{k: facts[k] for k in ("triton",) if facts.get(k)}, **sandbox, **memory}
 
 
@@ -295,6 +316,8 @@ def main(argv: list[str] | None = None, zygote: Zygote | None = None) -> None:
     device = args.device
     try:
         device = resolve_device(args.device)
+        if device == "cuda":
+            hold_scratch()
         if args.pooled:
             _warm(device, candidate)
     except Exception as exc:  # told to the caller once it asks

@@ -271,18 +271,25 @@ def _quiet_profiler() -> None:
     warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
 
 
-def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan,
-                  before: Callable[[int], None]) -> Samples:
-    import torch
-
-    start_profiler()  # seconds the first time: before the time cap, not inside it
+def allocate_flush() -> None:
+    """The L2 flush buffer, kept for the process's life: allocated once, here."""
     if _Cuda.flush is None:
+        import torch
+
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
         # Writing twice the L2's size evicts whatever the previous call left there.
         from krung.worker.l2 import Flush  # and persisting L2 lines reset where set aside
 
         _Cuda.flush = Flush(torch.empty(max(2 * l2_bytes, 1 << 22) // 4, dtype=torch.int32,
                                         device="cuda"))
+
+
+def _measure_cuda(call: Callable[[int], Any], sets: int, plan: TimingPlan,
+                  before: Callable[[int], None]) -> Samples:
+    import torch
+
+    start_profiler()  # seconds the first time: before the time cap, not inside it
+    allocate_flush()
     torch.cuda.synchronize()
     warmup = 0
     start = time.perf_counter()

@@ -201,3 +201,36 @@ def test_profiler_sessions_never_overlap_or_leave_the_main_thread(tmp_path):
                           timeout=300, env={**os.environ, "PYTHONPATH": str(SRC)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["50", "0", "0"], done.stdout + done.stderr[-2000:]
+
+
+def test_the_worker_refills_its_sets_in_place_and_ends_them_at_another_request(tmp_path):
+    """A real worker: a `time` request's new values (`refill`) land in the sets it holds
+    and are what the timed calls see; any other request ends those sets before its own
+    tensors arrive (at declared sizes two sets side by side would not fit), so a refill
+    after it has nothing to fill."""
+    import dataclasses
+
+    import torch
+
+    from krung.judge.candidate import Candidate
+    from krung.judge.rungs.benchmark import CPU_PLAN
+
+    solution = tmp_path / "double.py"
+    solution.write_text("def kernel(x):\n    return x * 2 + 1\n")
+    g = torch.Generator().manual_seed(random.randrange(1 << 30))
+    x, y, z = (torch.randn(5, 33, generator=g) for _ in range(3))
+    plan = dataclasses.asdict(dataclasses.replace(CPU_PLAN, max_samples=3))
+    candidate = Candidate("cpu", tmp_path, solution)
+    candidate.start(())
+    try:
+        assert candidate.request({"op": "load", "path": str(solution)}, 120, "load")["ok"]
+        first = candidate.request({"op": "time", "inputs": [[x]], "plan": plan}, 120, "time")
+        assert first["ok"] and torch.equal(first["outputs"][0][0], x * 2 + 1), first
+        second = candidate.request({"op": "time", "refill": [[y]], "plan": plan}, 120, "time")
+        assert second["ok"] and torch.equal(second["outputs"][0][0], y * 2 + 1), second
+        call = candidate.request({"op": "call", "inputs": [z]}, 120, "call")
+        assert call["ok"] and torch.equal(call["outputs"][0], z * 2 + 1), call
+        after = candidate.request({"op": "time", "refill": [[y]], "plan": plan}, 120, "time")
+        assert not after["ok"], after  # the call ended the sets
+    finally:
+        candidate.close()

@@ -206,16 +206,18 @@ def hold_scratch() -> None:
     give them back) and the L2 flush buffer. Made later, each would land in a block a freed
     input left in torch's cache and hold that input's whole segment: a likely cause, not
     measured, of a judge that held three copies of a 16 GiB input with two live
-    (`judge_device_pinned_mib` tells)."""
+    (`judge_device_pinned_mib` tells). Where the GPU has no room even for these, they are
+    made when first needed, as before, and the rungs say what is wrong."""
     import torch
 
     from krung.worker.timing import allocate_flush
 
-    allocate_flush()
-    small = torch.ones(8, 8, device="cuda")
-    torch.mm(small, small)
-    torch.dot(small[0], small[0])
-    torch.cuda.synchronize()
+    with contextlib.suppress(RuntimeError):  # torch.OutOfMemoryError is one
+        allocate_flush()
+        small = torch.ones(8, 8, device="cuda")
+        torch.mm(small, small)
+        torch.dot(small[0], small[0])
+        torch.cuda.synchronize()
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -269,11 +271,12 @@ def _worker_facts(candidate: Candidate) -> dict[str, Any]:
     if "device_peak_mib" in facts:  # torch's reservations on the GPU
         import torch
 
-        torch.cuda.empty_cache()  # what is left reserved and free: held by a live block
-        pinned = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
         memory.update(worker_device_peak_mib=facts["device_peak_mib"],
-                      judge_device_peak_mib=round(torch.cuda.max_memory_reserved() / 2**20, 1),
-                      judge_device_pinned_mib=round(pinned / 2**20, 1))
+                      judge_device_peak_mib=round(torch.cuda.max_memory_reserved() / 2**20, 1))
+        with contextlib.suppress(RuntimeError):  # a broken context: the figure, not the run
+            torch.cuda.empty_cache()  # what is left reserved and free: held by a live block
+            pinned = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            memory["judge_device_pinned_mib"] = round(pinned / 2**20, 1)
     return {**{k: facts[k] for k in ("triton",) if facts.get(k)}, **sandbox, **memory}
 
 

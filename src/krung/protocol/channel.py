@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -135,18 +136,20 @@ class Channel:
 
     def recv(self, max_tensor_bytes: int | None = None,
              expect: messages.TaggedUnion | messages.Replies | None = None,
-             into: dict[str, Any] | None = None) -> Any:
+             into: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
         """The next message; tensors come back as CPU tensors, or CUDA ones when they came by
         IPC. With `max_tensor_bytes`, a message whose tensors add up to more is refused before
         any of them is allocated (the channel is then unusable). With `expect`, the message
-        it decodes (ProtocolError if it is none of them), else the data as sent. `into` maps
-        a field of the message to tensors of ours its tensors are received into, where each
-        has its tensor's dtype, shape and layout: the message then holds ours, with its
-        values (new values for data held, without a second copy of it beside)."""
-        data = self._recv(max_tensor_bytes, into or {})
+        it decodes (ProtocolError if it is none of them), else the data as sent. `into`,
+        given the message's header before any of its tensors is allocated, maps a field of
+        it to tensors of ours its tensors are received into, where each has its tensor's
+        dtype, shape and layout: the message then holds ours, with its values (new values
+        for data held, without a second copy of it beside)."""
+        data = self._recv(max_tensor_bytes, into)
         return data if expect is None else expect.decode(data)
 
-    def _recv(self, max_tensor_bytes: int | None, into: dict[str, Any]) -> dict[str, Any]:
+    def _recv(self, max_tensor_bytes: int | None,
+              into: Callable[[dict[str, Any]], dict[str, Any]] | None) -> dict[str, Any]:
         try:
             frame, self._pending = self._pending, None
             if frame is None:
@@ -168,9 +171,9 @@ class Channel:
             if max_tensor_bytes is not None and total > max_tensor_bytes:
                 raise TooLarge(f"the reply holds {total} bytes of tensors, more than the "
                                f"{max_tensor_bytes} expected")
+            places = _places(header, into(header) if into else {})  # what it drops, freed
             if self.cuda_ipc and total >= RELEASE_BYTES:
                 _release_cache()  # the last message's blocks, freed above, before this one's
-            places = _places(header, into)
             tensors = [self._recv_tensor(spec, places.get(_index(spec)))
                        for spec in sorted(specs, key=_index)]
             if self.acknowledge and any("ipc" in spec for spec in specs):

@@ -139,6 +139,9 @@ def import_copy(handle: str, dtype: Any, shape: tuple, offset: int = 0,
                                       ctypes.c_uint(_IPC_LAZY_ENABLE_PEER_ACCESS)),
           "cuIpcOpenMemHandle", _FALLBACK)
     try:
+        if into is not None and not (into.is_cuda and into.is_contiguous() and into.dtype == dtype
+                                     and tuple(into.shape) == tuple(shape)):
+            raise ValueError(f"no {shape} {dtype} contiguous device tensor to copy into")
         out = torch.empty(shape, dtype=dtype, device="cuda") if into is None else into
         nbytes = out.numel() * out.element_size()  # what the spec implies, not what was said
         base, size = ctypes.c_uint64(), ctypes.c_size_t()

@@ -82,9 +82,7 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                # a `time` request's new values go straight into the sets held: at declared
-                # sizes a second copy of them beside would not fit
-                data = self.channel.recv(into={"refill": self.time_sets})
+                data = self.channel.recv(into=self._where_tensors_land)
             except ChannelClosed:
                 return
             except Exception as exc:  # the inputs cannot be placed: no memory, a broken context
@@ -108,6 +106,15 @@ class Worker:
             # and outputs (GiB each) would otherwise be held beside the next one's. What the
             # reply shares in place, the channel holds until the judge answers.
             data = request = reply = None
+
+    def _where_tensors_land(self, header: dict[str, Any]) -> dict[str, Any]:
+        """A `time` request's new values (`refill`) go straight into the input sets held;
+        any other request ends those sets before its own tensors arrive (the next bench
+        case's, a later rung's): at declared sizes two sets side by side would not fit."""
+        if header.get(messages.ToWorker.KEY) == messages.Time.TAG and "refill" in header:
+            return {"refill": self.time_sets}
+        self.time_sets = []
+        return {}
 
     def refuse(self, exc: Exception) -> None:
         """Say why this request cannot be taken, then end at once: the rest of the message

@@ -426,6 +426,11 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
     return row
 
 
+# Free device memory a judge's cache keeps and cannot give back (segments a small live block
+# holds), worth a note: what the L2 flush buffer and cuBLAS's workspace would pin.
+PINNED_NOTE_MIB = 256
+
+
 def job_timeout(job: Job, args: argparse.Namespace) -> float:
     """--timeout, or the time the problem's authors give a submission where that is longer."""
     return max(args.timeout, job.declared_s)
@@ -471,6 +476,9 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
     notes = []
     if env.get("first_try"):  # krung's judge failed first: the second try's row hides it
         notes.append(f"krung's first try failed: {env['first_try'].get('error', '')[:300]}")
+    if (env.get("judge_device_pinned_mib") or 0) >= PINNED_NOTE_MIB:
+        notes.append(f"the judge's cache kept {env['judge_device_pinned_mib']:.0f} MiB free "
+                     "that it could not hand back")
     if env.get("scaled_sizes"):
         notes.append("scaled " + ", ".join(f"{k} {v}" for k, v in env["scaled_sizes"].items()))
     if env.get("scale_note"):

@@ -375,3 +375,14 @@ def test_a_row_says_when_krungs_first_try_failed():
     row = sets.Row("kernelbench", "level1/1_p", "baseline", sets.PASS)
     sets._read_outcome(row, 0, json.dumps(run), "")
     assert f"krung's first try failed: {said}" in row.notes
+
+
+def test_a_row_says_when_the_judges_cache_kept_memory_it_could_not_hand_back():
+    pinned = random.uniform(1, 4) * sets.PINNED_NOTE_MIB
+    for kept, noted in ((pinned, True), (sets.PINNED_NOTE_MIB * random.random(), False)):
+        run = {"run_id": "r1", "outcome": "passed", "ok": True, "error": None,
+               "env": {"judge_device_pinned_mib": kept},
+               "rungs": [{"name": "static", "status": "ok", "figures": {}}]}
+        row = sets.Row("kernelbench", "level1/1_p", "baseline", sets.PASS)
+        sets._read_outcome(row, 0, json.dumps(run), "")
+        assert (f"the judge's cache kept {kept:.0f} MiB free" in row.notes) == noted, row.notes

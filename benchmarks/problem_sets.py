@@ -68,6 +68,7 @@ from krung.host.scale.gpu_memory import (
     declared_needs_mib,
     gpu_memory_mib,
     measured_need_mib,
+    told_by_nvidia_smi,
 )
 from krung.host.scale.local import FreeSlots, in_turn
 
@@ -314,16 +315,8 @@ def first_gpu() -> str:
 def card_of(device: str) -> str:
     """The card this run's rows are measured on: the first visible GPU's name as nvidia-smi
     tells it; "cpu" for --device cpu, or --device auto where no GPU is told; else ""."""
-    if device != "cpu":
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            told = subprocess.run(["nvidia-smi", "--query-gpu=index,name",
-                                   "--format=csv,noheader"], capture_output=True, text=True,
-                                  timeout=30).stdout
-            for line in told.splitlines():
-                index, _, name = (part.strip() for part in line.partition(","))
-                if index == first_gpu() and name:
-                    return name
-    return "cpu" if device in ("cpu", "auto") else ""
+    name = told_by_nvidia_smi("name", [first_gpu()]).get(first_gpu()) if device != "cpu" else None
+    return name or ("cpu" if device in ("cpu", "auto") else "")
 
 
 def gpu_peaks(row: Row) -> dict[str, float | None]:

@@ -109,15 +109,22 @@ def declared_needs_mib(problem_paths: list[str], timeout_s: float = 300) -> dict
 
 def gpu_memory_mib(gpus: list[str]) -> dict[str, float]:
     """Each listed GPU's memory in MiB as nvidia-smi gives it (empty where it gives none)."""
+    return {index: float(total) for index, total in told_by_nvidia_smi("memory.total", gpus).items()
+            if total.replace(".", "", 1).isdigit()}
+
+
+def told_by_nvidia_smi(field: str, gpus: list[str]) -> dict[str, str]:
+    """One of nvidia-smi's `--query-gpu` fields (memory.total, name) for each listed GPU, as
+    it tells it, without units; empty where it tells nothing."""
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total",
+        done = subprocess.run(["nvidia-smi", f"--query-gpu=index,{field}",
                                "--format=csv,noheader,nounits"],
                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    sizes = {}
+    told = {}
     for line in done.stdout.splitlines():
-        index, _, total = (part.strip() for part in line.partition(","))
-        if index in gpus and total.replace(".", "", 1).isdigit():
-            sizes[index] = float(total)
-    return sizes
+        index, _, value = (part.strip() for part in line.partition(","))
+        if index in gpus and value:
+            told[index] = value
+    return told

@@ -63,6 +63,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import krung
 from krung.host.scale.gpu_memory import (
     GpuMemory,
     declared_needs_mib,
@@ -71,6 +72,7 @@ from krung.host.scale.gpu_memory import (
     told_by_nvidia_smi,
 )
 from krung.host.scale.local import FreeSlots, in_turn
+from krung.judge.ladder import specs
 
 KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
 LEVELS = ("level1", "level2", "level3")
@@ -280,7 +282,10 @@ def shared_gpu(args: argparse.Namespace, jobs: list[Job],
     of this run teach the rest (Turns.give_back). A problem in `alone` (an earlier row ran
     out of GPU memory beside others: its need is unknown, and more than was guessed) needs
     the whole GPU, so it runs alone (first: see `main`) rather than at a run's end the clock
-    may never reach."""
+    may never reach. So does a slow GPU MODE problem (its authors give a submission more than
+    QUICK_S): its benchmark holds the GPU's lock for minutes, and a job beside it waits that
+    long for its own benchmark or roofline, out of its timeout (linalg/qr_v2, beside other
+    slow ones, was killed at its 720 s in the roofline rung, which waits for that lock)."""
     if args.jobs < 2 or args.device == "cpu":
         return None
     gpu = first_gpu()
@@ -298,12 +303,13 @@ def shared_gpu(args: argparse.Namespace, jobs: list[Job],
     unmeasured = sorted({str(job.path) for job in jobs if job.family == "kernelbench"
                          and _key(job) not in kept} - measured.keys()) if args.scale == 1 else []
     declared = declared_needs_mib(unmeasured)
-    whole = {str(path): sizes[gpu] for family, problem in alone
-             if (path := paths.get((family, problem)))}
+    crowded = {path for family, problem in alone if (path := paths.get((family, problem)))}
+    slow = {str(job.path) for job in jobs if job.declared_s > QUICK_S} - crowded
+    whole = {path: sizes[gpu] for path in crowded | slow}
     print(f"{args.jobs} jobs at once share GPU {gpu}'s {sizes[gpu]:.0f} MiB: needs measured "
           f"for {len(measured)} problems, declared for {len(declared)}, the whole GPU for "
-          f"{len(whole)} (out of memory beside others before), 1/{args.jobs} of the GPU for "
-          "the rest", flush=True)
+          f"{len(crowded)} (out of memory beside others before) and {len(slow)} (slow: "
+          f"given more than {QUICK_S} s), 1/{args.jobs} of the GPU for the rest", flush=True)
     return GpuMemory(sizes, args.jobs, {**declared, **measured, **whole})
 
 
@@ -410,7 +416,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         stdout, stderr = out.read(), err.read()
     if row.verdict == "timeout":
         row.explanation = (f"no answer within {job_timeout(job, args):g} s"
-                           + _where_it_was(store, job))
+                           + _where_it_was(store, job, args.rungs))
     else:
         _read_outcome(row, process.returncode, stdout, stderr)
     expected = row.verdict == ("passed" if job.expect == PASS else "failed")
@@ -429,9 +435,9 @@ def job_timeout(job: Job, args: argparse.Namespace) -> float:
     return max(args.timeout, job.declared_s)
 
 
-def _where_it_was(store: Path, job: Job) -> str:
+def _where_it_was(store: Path, job: Job, ladder: str) -> str:
     """What a run killed at its timeout had done, as its store recorded it: the rungs it
-    finished and their seconds (the one it was in is the next of the ladder)."""
+    finished and their seconds, and the one it was in (the next of `ladder`, --rungs)."""
     with contextlib.suppress(sqlite3.Error, ValueError, KeyError):
         with contextlib.closing(sqlite3.connect(store)) as db:
             run = db.execute("SELECT run_id FROM runs WHERE solution=? ORDER BY started_at "
@@ -441,8 +447,21 @@ def _where_it_was(store: Path, job: Job) -> str:
         if run:
             done = ", ".join(f"{name} {json.loads(result)['duration_s']:.0f} s"
                              for name, result in rungs)
-            return f"; rungs finished before: {done or 'none'}"
+            return f"; rungs finished before: {done or 'none'}" + _killed_in(
+                ladder, {name for name, _ in rungs})
     return ""
+
+
+def _killed_in(ladder: str, finished: set[str]) -> str:
+    """The rung a killed run was in, and where it waits for the GPU to itself, that it may
+    have spent its time waiting for another job's measurement."""
+    planned = krung.select_rungs(None if ladder == DEFAULT_RUNGS else ladder)
+    rung = next((name for name in planned if name not in finished), None)
+    if rung is None:
+        return ""
+    waits = specs()[rung].exclusive_gpu
+    return f"; killed in {rung}" + (" (a rung that waits for the GPU to itself while another "
+                                    "job measures on it)" if waits else "")
 
 
 def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
@@ -585,6 +604,10 @@ CAUSES: list[tuple[str, str, str]] = [
     ("", r"cannot send a Python object",
      "its data holds an object of the problem's own class, which krung does not pickle to the "
      "version's process"),
+    ("", r"(?s)defines no `generate_input`.*defines no `ref_kernel`",
+     "not GPU MODE's problem contract: its reference.py has no generate_input, ref_kernel or "
+     "check_implementation (its own eval.py calls the submission's functions by name), the "
+     "contract krung reads a GPU MODE problem by"),
 ]
 ALONE = "run again alone"
 
@@ -754,7 +777,7 @@ def main() -> None:
         jobs = [j for j in jobs if re.search(args.only, j.problem)]
         if args.limit:
             jobs = jobs[:args.limit]
-        earlier = _earlier_rows(args.out, jobs) if args.resume else []
+        earlier, elsewhere = _earlier_rows(args.out, jobs) if args.resume else ([], [])
         # kept, but a timeout or a run out of GPU memory, measured again: such a problem alone
         kept = {(r.family, r.problem, r.version): r for r in earlier
                 if r.verdict != "timeout" and not _out_of_memory(r)}
@@ -771,20 +794,26 @@ def main() -> None:
             print(f"{len(other_cards)} rows kept from other cards run again on "
                   f"{args.card}, after the jobs not run yet", flush=True)
         kept_problems = {problem for _, problem, _ in kept.keys() - other_cards}
-        rows: list[Row | None] = [kept.get(_key(job)) for job in jobs]
+        # every earlier row stays in --out until its job has run again: a run cut short (its
+        # device call's end) loses none of them, nor what they tell the next run (`alone`)
+        earlier_rows = {(row.family, row.problem, row.version): row for row in earlier}
+        to_run = {i for i, job in enumerate(jobs)
+                  if _key(job) not in kept or _key(job) in other_cards}
+        rows: list[Row | None] = [earlier_rows.get(_key(job)) for job in jobs]
         lock = threading.Lock()
         started = time.monotonic()
         left_out = []
 
-        def one(index: int) -> Row | None:
+        def one(index: int, alone_why: str = "") -> Row | None:
             job = jobs[index]
             if args.stop_after and time.monotonic() - started > args.stop_after:
                 left_out.append(job)
                 return None
             row = run_job(job, args, store)
             if (job.family, job.problem) in alone:
-                row.notes = "; ".join(filter(None, [
-                    f"{ALONE} (out of GPU memory beside others before)", row.notes]))
+                alone_why = "out of GPU memory beside others before"
+            if alone_why:  # in the row before it is written
+                row.notes = "; ".join(filter(None, [f"{ALONE} ({alone_why})", row.notes]))
             if (job.family == "kernelbench" and job.version == "baseline"
                     and (args.kernelbench_check == "all"
                          or (args.kernelbench_check == "failed" and not row.ok))):
@@ -792,7 +821,8 @@ def main() -> None:
             with lock:
                 rows[index] = row
                 done = [r for r in rows if r is not None]
-                args.out.write_text(json.dumps([asdict(r) for r in done], indent=1))
+                args.out.write_text(json.dumps([asdict(r) for r in [*elsewhere, *done]],
+                                               indent=1))
                 print(f"[{len(done)}/{len(jobs)}] {row.problem} {row.version}: "
                       f"{'ok' if row.ok else 'NOT MET'} ({row.verdict}) {row.wall_s:g} s "
                       f"{row.error_type} {row.explanation[:160]}", flush=True)
@@ -801,8 +831,7 @@ def main() -> None:
         # the rows an earlier run measured (--resume) are kept, the rest run in turns: the
         # problems that need the whole GPU first, while it is empty (in their turn, the jobs
         # behind that fit would pass them until the run's end)
-        waiting = sorted((i for i in range(len(jobs))
-                          if rows[i] is None or _key(jobs[i]) in other_cards),
+        waiting = sorted(to_run,
                          key=lambda i: (_key(jobs[i]) in other_cards,
                                         (jobs[i].family, jobs[i].problem) not in alone))
         turns = Turns({i: jobs[i] for i in waiting}, shared_gpu(args, jobs, kept, alone))
@@ -813,12 +842,7 @@ def main() -> None:
                 if (row is not None and not row.ok and row.problem not in kept_problems
                         and (row.family, row.problem) not in alone
                         and _out_of_memory(row)):
-                    rows[index] = None
-                    one(index)
-                    again = rows[index]
-                    if again is not None:
-                        again.notes = "; ".join(filter(None, [
-                            f"{ALONE} (out of GPU memory beside another)", again.notes]))
+                    one(index, "out of GPU memory beside another")
     finished = [r for r in rows if r is not None]
     if args.markdown:
         args.markdown.write_text(markdown(finished, args))
@@ -832,13 +856,15 @@ def _key(job: Job) -> tuple[str, str, str]:
     return job.family, job.problem, job.version
 
 
-def _earlier_rows(out: Path, jobs: list[Job]) -> list[Row]:
-    """The rows an earlier run wrote to `out` for these jobs."""
+def _earlier_rows(out: Path, jobs: list[Job]) -> tuple[list[Row], list[Row]]:
+    """The rows an earlier run wrote to `out`: those of these jobs, and the others (of jobs
+    this run leaves out: --only, --levels, --limit), which it writes back as they are."""
     if not out.exists():
-        return []
+        return [], []
     wanted = {_key(job) for job in jobs}
     rows = [Row(**row) for row in json.loads(out.read_text())]
-    return [row for row in rows if (row.family, row.problem, row.version) in wanted]
+    ours = [row for row in rows if (row.family, row.problem, row.version) in wanted]
+    return ours, [row for row in rows if (row.family, row.problem, row.version) not in wanted]
 
 
 def _out_of_memory(row: Row) -> bool:

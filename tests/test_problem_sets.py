@@ -196,6 +196,27 @@ def test_without_a_gpu_the_jobs_run_in_the_plain_pool(gpu, tmp_path, monkeypatch
     assert set(order[:3]) == {0, 1, 2} and order[3:] == [3, 4]
 
 
+def level1_sets(tmp_path: Path, names: list[str]) -> Path:
+    """A sets folder under tmp_path holding these KernelBench level-1 problems and no GPU
+    MODE ones; its level1 folder, where a test may add more."""
+    level1 = tmp_path / "sets" / "KernelBench" / "KernelBench" / "level1"
+    level1.mkdir(parents=True)
+    (tmp_path / "sets" / "reference-kernels" / "problems").mkdir(parents=True)
+    for name in names:
+        (level1 / f"{name}.py").write_text((KERNELBENCH / f"{name}.py").read_text())
+    return level1
+
+
+def resumed_run(out: Path, *more: str) -> tuple[list[str], dict[str, str]]:
+    """The script's command resuming `out` over level 1 of ./sets (scaled: no declared bytes
+    to tell, which takes seconds), rung static, each run's own judge; and its env."""
+    command = [sys.executable, str(REPO / "benchmarks" / "problem_sets.py"), "run",
+               "sets", "--gpumode", "none", "--levels", "1", "--wrong", "0",
+               "--rungs", "static", "--no-service", "--out", str(out), "--resume",
+               "--scale", "0.5", *more]
+    return command, dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+
+
 def test_a_need_is_what_an_earlier_row_measured_else_the_declared_bytes(gpu, tmp_path):
     """A problem an earlier row measured (--resume keeps it) needs what that row measured,
     the most of its rows; a KernelBench problem not measured, its declared bytes (at declared
@@ -237,14 +258,10 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     baseline an earlier run measured, whose need is known from then on, runs again the one
     that ran out of memory, beside one not run before; --stop-after still leaves the rest for
     later."""
-    level1 = tmp_path / "sets" / "KernelBench" / "KernelBench" / "level1"
-    level1.mkdir(parents=True)
-    (tmp_path / "sets" / "reference-kernels" / "problems").mkdir(parents=True)
     names = random.sample(["1_ReLU", "2_RowSoftmax", "3_Linear", "4_LayerNorm"], 3)
     if names[1] < names[2]:  # the one out of memory before comes after the new one's turn
         names[1], names[2] = names[2], names[1]
-    for name in names:
-        (level1 / f"{name}.py").write_text((KERNELBENCH / f"{name}.py").read_text())
+    level1_sets(tmp_path, names)
     measured_row, out_of_memory = (
         asdict(sets.Row("kernelbench", f"level1/{name}", "baseline", sets.PASS, ok=True,
                         verdict="passed", judge_gpu_mib=random.uniform(0.2, 0.4) * USABLE,
@@ -254,15 +271,12 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
                          error_type="OutOfMemoryError", explanation="CUDA out of memory.")
     out = tmp_path / "out.json"
     out.write_text(json.dumps([measured_row, out_of_memory]))
-    command = [sys.executable, str(REPO / "benchmarks" / "problem_sets.py"), "run",
-               "sets", "--gpumode", "none", "--levels", "1", "--wrong", "0",
-               "--rungs", "static", "--no-service", "--jobs", "2", "--out", str(out),
-               "--resume", "--scale", "0.5"]  # scaled: no declared bytes to tell (seconds)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    command, env = resumed_run(out, "--jobs", "2")
     later = subprocess.run([*command, "--stop-after", "0.001"], capture_output=True,
                            text=True, timeout=60, env=env, cwd=tmp_path)
     assert ("2 jobs at once share GPU 0's 81559 MiB: needs measured for 1 problems, declared "
-            "for 0, the whole GPU for 1 (out of memory beside others before)") \
+            "for 0, the whole GPU for 1 (out of memory beside others before) and 0 (slow: "
+            f"given more than {sets.QUICK_S} s)") \
         in later.stdout, later.stdout + later.stderr
     assert "2 not started (--stop-after" in later.stdout
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env,
@@ -287,29 +301,79 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     assert rows[f"level1/{names[1]}"] == done_rows[f"level1/{names[1]}"]  # kept this time
 
 
+def test_a_run_cut_short_keeps_every_row_it_did_not_measure_again(tmp_path):
+    """--out loses no row: one whose job did not run again this time (a timeout left for a
+    later call by --stop-after) stays as it was, and so does a row of a problem outside this
+    run's jobs (--only), while the run writes its own."""
+    first, timed_out = sorted(random.sample(["1_ReLU", "2_RowSoftmax", "3_Linear"], 2))
+    level1_sets(tmp_path, [first, timed_out])
+    elsewhere = asdict(sets.Row("gpumode", f"group/p{random.randint(0, 99)}_py", "baseline",
+                                sets.PASS, ok=True, verdict="passed",
+                                wall_s=random.uniform(1, 9)))
+    timeout = asdict(sets.Row("kernelbench", f"level1/{timed_out}", "baseline", sets.PASS,
+                              verdict="timeout", wall_s=random.uniform(300, 900),
+                              explanation="no answer within 300 s"))
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps([elsewhere, timeout]))
+    # one job at a time: the first runs (seconds), and the timeout's turn comes after 0.5 s
+    command, env = resumed_run(out, "--stop-after", "0.5")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 not started" in done.stdout, done.stdout
+    rows = {row["problem"]: row for row in json.loads(out.read_text())}
+    assert rows == {elsewhere["problem"]: elsewhere, timeout["problem"]: timeout,
+                    f"level1/{first}": rows[f"level1/{first}"]}
+    assert rows[f"level1/{first}"]["verdict"] == "passed"
+
+
+def test_a_slow_gpumode_problem_has_the_gpu_to_itself(gpu, tmp_path):
+    """A GPU MODE problem whose authors give a submission more than QUICK_S benchmarks for
+    minutes under the GPU's lock: it needs the whole GPU, as one out of memory before does,
+    and a quick one a slot's share."""
+    slow = sets.Job("gpumode", "linalg/qr_v2", tmp_path / "qr_v2", "baseline", sets.PASS,
+                    declared_s=sets.QUICK_S + random.randint(1, 2000))
+    quick = sets.Job("gpumode", "pmpp/sort_py", tmp_path / "sort_py", "baseline", sets.PASS,
+                     declared_s=random.randint(0, sets.QUICK_S))
+    memory = sets.shared_gpu(run_args(3), [slow, quick], {})
+    assert memory is not None
+    assert memory.need("0", str(slow.path)) == H100_MIB
+    assert memory.need("0", str(quick.path)) == pytest.approx(USABLE / 3)
+    turns = sets.Turns({0: slow, 1: quick}, memory)
+    assert turns.take(0) == "0" and turns.take(1) is None  # nothing beside it
+    turns.give_back(0, "0", None)
+    assert turns.take(1) == "0" and turns.take(0) is None  # nor it beside anything
+
+
+def test_a_timeout_names_the_rung_it_was_killed_in():
+    """The next rung of the run's ladder after those its store recorded; where that rung
+    waits for the GPU to itself, the row says so (its time may have gone on waiting)."""
+    ladder = list(sets.krung.select_rungs(None))
+    cut = random.randrange(len(ladder))
+    said = sets._killed_in(sets.DEFAULT_RUNGS, set(ladder[:cut]))
+    assert said.startswith(f"; killed in {ladder[cut]}")
+    assert ("waits for the GPU to itself" in said) == sets.specs()[ladder[cut]].exclusive_gpu
+    assert "waits for the GPU" in sets._killed_in(sets.DEFAULT_RUNGS,
+                                                  set(ladder) - {"benchmark"})
+    assert sets._killed_in("static,correctness", {"static"}) == "; killed in correctness"
+    assert sets._killed_in("static", {"static"}) == ""
+
+
 def test_on_the_preferred_card_the_rows_from_other_cards_run_again_after_the_new_ones(
         gpu, tmp_path, monkeypatch):
     """A row names its card. --prefer-card: a resumed run on a card it names runs the rows
     kept from other cards (or from no card told) again, after the jobs not run yet, and keeps
     its own card's; on another card it keeps them all. The table counts the rows per card."""
-    level1 = tmp_path / "sets" / "KernelBench" / "KernelBench" / "level1"
-    level1.mkdir(parents=True)
-    (tmp_path / "sets" / "reference-kernels" / "problems").mkdir(parents=True)
     names = random.sample(["1_ReLU", "2_RowSoftmax", "3_Linear", "4_LayerNorm",
                            "5_CrossEntropy"], 5)
-    for name in names[:4]:  # the fifth comes later
-        (level1 / f"{name}.py").write_text((KERNELBENCH / f"{name}.py").read_text())
+    level1 = level1_sets(tmp_path, names[:4])  # the fifth comes later
     h200 = f"NVIDIA H200 {random.randint(100, 999)}"
     kept = [asdict(sets.Row("kernelbench", f"level1/{name}", "baseline", sets.PASS, ok=True,
                             verdict="passed", wall_s=random.uniform(1, 9), card=card))
             for name, card in zip(names[:3], [h200, H100, ""], strict=True)]
     out = tmp_path / "out.json"
     out.write_text(json.dumps(kept))
-    command = [sys.executable, str(REPO / "benchmarks" / "problem_sets.py"), "run",
-               "sets", "--gpumode", "none", "--levels", "1", "--wrong", "0",
-               "--rungs", "static", "--no-service", "--out", str(out), "--resume",
-               "--scale", "0.5", "--prefer-card", "H200"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    command, env = resumed_run(out, "--prefer-card", "H200")
     on_h100 = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env,
                              cwd=tmp_path)
     assert on_h100.returncode == 0, on_h100.stdout + on_h100.stderr
@@ -336,7 +400,23 @@ def test_on_the_preferred_card_the_rows_from_other_cards_run_again_after_the_new
     assert table.splitlines()[-1].endswith(f"| {H100} |")  # mixed: each row names its card
 
 
-def test_every_failure_has_its_cause_or_is_counted_not_yet_explained():
+def another_contract(folder: Path) -> str:
+    """krung's own words on a GPU MODE folder whose reference.py is not GPU MODE's contract
+    (princeton/cross_entropy_py: its eval.py calls the submission's functions by name)."""
+    from krung.judge.problem import load_problem
+    from krung.protocol.errors import ProblemError
+
+    (folder / "task.yml").write_text('files:\n  - {"name": "eval.py", "source": "eval.py"}\n'
+                                     'lang: "py"\ntests:\n  - {"vocab_size": 32000}\n'
+                                     'benchmarks:\n  - {"vocab_size": 32000}\n')
+    (folder / "reference.py").write_text("def generate_inputs(batch_size, vocab_size):\n"
+                                         "    return batch_size, vocab_size\n")
+    with pytest.raises(ProblemError) as raised:
+        load_problem(folder)
+    return f"ProblemError: {raised.value}"
+
+
+def test_every_failure_has_its_cause_or_is_counted_not_yet_explained(tmp_path):
     package = random.choice(["aiter", "flashinfer", "deep_gemm"])
     size = random.randint(2, 40)
     failures = {
@@ -350,6 +430,9 @@ def test_every_failure_has_its_cause_or_is_counted_not_yet_explained():
     }
     rows = [sets.Row("gpumode", "group/p_py", "baseline", sets.PASS, verdict="failed",
                      explanation=text) for text in failures]
+    rows.append(sets.Row("gpumode", "princeton/p_py", "baseline", sets.PASS,
+                         verdict="problem-error", explanation=another_contract(tmp_path)))
+    failures["another contract"] = "not GPU MODE's problem contract"
     rows.append(sets.Row("gpumode", "group/q_py", "baseline", sets.PASS, ok=True,
                          verdict="passed"))
     for row, words in zip(rows, [*failures.values(), None], strict=True):
@@ -360,7 +443,7 @@ def test_every_failure_has_its_cause_or_is_counted_not_yet_explained():
     args = argparse.Namespace(device="cuda", scale=1.0, rungs="default", service=True,
                               kernelbench_check="failed")
     table = sets.markdown([*rows, alone], args)
-    assert "Not met: 7 rows, 6 of them with a known cause; 1 not yet explained (group/p_py)" \
+    assert "Not met: 8 rows, 7 of them with a known cause; 1 not yet explained (group/p_py)" \
         in table
     assert table.count("**not yet explained**") == 1
 

@@ -317,8 +317,10 @@ def run_tests(nodes: list[str], index: int, out: Path, limit_s: float) -> dict:
         return {"passed": 0, "failed": 0, "skipped": 0, "nodes": len(nodes), "failures": [],
                 "not_finished": nodes, "why": "not started: out of the gate's time"}
     with log.open("w") as sink:
+        # -rP: what a passed test printed (its figures) in the log's summary, where it does
+        # not split -v's outcome lines
         code = run_killing_group([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
-                                  "-rfEs", "--tb=short", "--durations=0", *nodes],
+                                  "-rfEsP", "--tb=short", "--durations=0", *nodes],
                                  sink, limit_s)
         if code is None:
             sink.write(f"\n(tests chunk {index} killed at the gate's limit, {limit_s:.0f} s)\n")

@@ -24,14 +24,17 @@ def _gate():
 
 def test_every_outcome_of_a_chunk_is_counted_expected_failures_and_skips_with_reasons(tmp_path):
     """pytest -v writes `XFAIL (reason)` and `SKIPPED (reason)`: they count as passed and
-    skipped, an unexpected pass as failed, and no test goes uncounted."""
+    skipped, an unexpected pass as failed, and no test goes uncounted; what a passed test
+    printed (a GPU test's figures) is in the log."""
     gate = _gate()
     n = random.randint(2, 5)
+    figure = random.uniform(1, 99)
     (tmp_path / "test_chunk.py").write_text(textwrap.dedent(f"""
         import pytest
 
         @pytest.mark.parametrize("i", range({n}))
         def test_passes(i):
+            print(f"figure {{i}}: {figure!r}")
             assert i >= 0
 
         @pytest.mark.xfail(reason="known (a reason with (parentheses))")
@@ -53,6 +56,8 @@ def test_every_outcome_of_a_chunk_is_counted_expected_failures_and_skips_with_re
     counted = gate.run_tests(nodes, 0, tmp_path, limit_s=120)
     assert (counted["passed"], counted["skipped"], counted["failed"]) == (n + 1, 1, 2), counted
     assert any("test_fails" in f for f in counted["failures"]), counted
+    log = (tmp_path / "tests00.log").read_text()
+    assert all(f"figure {i}: {figure!r}" in log for i in range(n)), log
 
 
 def _chunk(folder, name, passing, fails=False, hangs=False, after=0):

@@ -166,10 +166,20 @@ class Row:
 
 
 def kernelbench_jobs(root: Path, levels: list[str], versions: Path, wrong_every: int) -> list[Job]:
+    """Each problem's honest baseline, and a wrong version for every `wrong_every`th of a
+    level, or more often where the level has fewer than `wrong_every` squared problems: a
+    level has `wrong_every` of them where it has that many problems (level 3's 50: every
+    5th)."""
     jobs = []
-    files = [p for level in levels
-             for p in sorted((root / KERNELBENCH / KERNELBENCH / level).glob("*.py"),
-                             key=_numbered)]
+    for level in levels:
+        files = sorted((root / KERNELBENCH / KERNELBENCH / level).glob("*.py"), key=_numbered)
+        jobs += _level_jobs(files, versions, max(1, min(wrong_every, len(files) // wrong_every))
+                            if wrong_every else 0)
+    return jobs
+
+
+def _level_jobs(files: list[Path], versions: Path, wrong_every: int) -> list[Job]:
+    jobs = []
     for index, path in enumerate(files):
         name = f"{path.parent.name}/{path.stem}"
         source = path.read_text()
@@ -711,7 +721,9 @@ def main() -> None:
     running.add_argument("--rungs", default=DEFAULT_RUNGS)
     running.add_argument("--limit", type=int, default=0, help="at most this many jobs")
     running.add_argument("--wrong", type=int, default=1,
-                         help="a wrong version for every Nth problem (0: none)")
+                         help="a wrong version for every Nth problem (0: none); a KernelBench "
+                              "level has N where it has that many problems (level 3's 50: "
+                              "every 5th)")
     running.add_argument("--jobs", type=int, default=1,
                          help="problems run at once, at most: on a GPU, each starts where "
                               "its device memory fits beside the others")

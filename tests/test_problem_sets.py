@@ -327,6 +327,30 @@ def test_a_run_cut_short_keeps_every_row_it_did_not_measure_again(tmp_path):
     assert rows[f"level1/{first}"]["verdict"] == "passed"
 
 
+def test_each_kernelbench_level_has_its_wrong_versions(tmp_path):
+    """--wrong N: a wrong version for every Nth problem of a level, and as many as N in a
+    level that has N problems or more (KernelBench's level 3 has 50: every 5th)."""
+    n = random.choice([5, 10])
+    sizes = {"level1": n * n + random.randint(0, n - 1), "level2": n * n // 2,
+             "level3": random.randint(1, n - 1)}
+    for level, size in sizes.items():
+        folder = tmp_path / sets.KERNELBENCH / sets.KERNELBENCH / level
+        folder.mkdir(parents=True)
+        for number in random.sample(range(1, 500), size):
+            (folder / f"{number}_P.py").write_text(f"# problem {number}\n")
+    jobs = sets.kernelbench_jobs(tmp_path, list(sizes), tmp_path / "versions", n)
+    for level, size in sizes.items():
+        ours = [job for job in jobs if job.problem.startswith(f"{level}/")]
+        baselines = [job.problem for job in ours if job.version == "baseline"]
+        wrong = [job.problem for job in ours if job.version == "wrong"]
+        assert len(baselines) == size
+        every = n if size >= n * n else max(1, size // n)
+        assert wrong == baselines[::every], level
+        assert len(wrong) >= min(n, size)
+    assert not [j for j in sets.kernelbench_jobs(tmp_path, list(sizes), tmp_path / "v", 0)
+                if j.version == "wrong"]
+
+
 def test_a_slow_gpumode_problem_has_the_gpu_to_itself(gpu, tmp_path):
     """A GPU MODE problem whose authors give a submission more than QUICK_S benchmarks for
     minutes under the GPU's lock: it needs the whole GPU, as one out of memory before does,

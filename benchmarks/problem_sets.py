@@ -417,6 +417,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         try:
             process.wait(timeout=job_timeout(job, args))
         except subprocess.TimeoutExpired:
+            lock = gpu_lock_state()  # before the kill, which frees what the run held
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             row.verdict = "timeout"
@@ -426,7 +427,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         stdout, stderr = out.read(), err.read()
     if row.verdict == "timeout":
         row.explanation = (f"no answer within {job_timeout(job, args):g} s"
-                           + _where_it_was(store, job, args.rungs))
+                           + _where_it_was(store, job, args.rungs) + lock)
     else:
         _read_outcome(row, process.returncode, stdout, stderr)
     expected = row.verdict == ("passed" if job.expect == PASS else "failed")
@@ -459,6 +460,28 @@ def _where_it_was(store: Path, job: Job, ladder: str) -> str:
                              for name, result in rungs)
             return f"; rungs finished before: {done or 'none'}" + _killed_in(
                 ladder, {name for name, _ in rungs})
+    return ""
+
+
+def gpu_lock_state(folder: Path | None = None) -> str:
+    """Whether krung's GPU lock (krung.judge.gpu_lock: a flock on krung-gpu-*.lock in the
+    temporary folder) is held now, and how many evaluations wait for it, as /proc/locks
+    tells; "" where none holds it or it cannot be told. At a timeout in a rung that waits
+    for the GPU: whether the time may have gone on waiting."""
+    folder = folder or Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        files = {os.stat(path).st_ino for path in folder.glob("krung-gpu-*.lock")}
+        held = waiting = 0
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()  # `1: [->] FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF`
+            if "FLOCK" in fields:
+                inode = int(fields[fields.index("FLOCK") + 4].rsplit(":", 1)[1])
+                if inode in files:
+                    waiting += "->" in fields
+                    held += "->" not in fields
+        if held:
+            return (f"; when it was killed, the GPU's lock was held and {waiting} "
+                    f"evaluation{'s' if waiting != 1 else ''} waited for it")
     return ""
 
 

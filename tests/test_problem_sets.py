@@ -7,6 +7,7 @@ bytes."""
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -381,6 +382,37 @@ def test_a_timeout_names_the_rung_it_was_killed_in():
                                                   set(ladder) - {"benchmark"})
     assert sets._killed_in("static,correctness", {"static"}) == "; killed in correctness"
     assert sets._killed_in("static", {"static"}) == ""
+
+
+def test_a_timeout_says_whether_the_gpus_lock_was_held_and_how_many_waited(tmp_path):
+    """krung's GPU lock held here, real evaluations' stand-ins waiting for it in processes of
+    their own: /proc/locks tells both; another file's flock is not krung's lock."""
+    lock = tmp_path / f"krung-gpu-GPU-{random.randint(0, 9999)}.lock"
+    other = tmp_path / "other.lock"
+    for path in (lock, other):
+        path.touch()
+    assert sets.gpu_lock_state(tmp_path) == ""
+    holder = os.open(lock, os.O_RDONLY)
+    elsewhere = os.open(other, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    fcntl.flock(elsewhere, fcntl.LOCK_EX)
+    waiters = [subprocess.Popen([sys.executable, "-c",
+                                 "import fcntl, os, sys\n"
+                                 "fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX)",
+                                 str(lock)]) for _ in range(random.randint(1, 3))]
+    try:
+        said = f"the GPU's lock was held and {len(waiters)} evaluation"
+        deadline = time.monotonic() + 10
+        while said not in sets.gpu_lock_state(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert said in sets.gpu_lock_state(tmp_path)
+    finally:
+        for waiter in waiters:
+            waiter.kill()
+            waiter.wait()
+        os.close(holder)
+    assert sets.gpu_lock_state(tmp_path) == ""  # the other file's flock is still held
+    os.close(elsewhere)
 
 
 def test_on_the_preferred_card_the_rows_from_other_cards_run_again_after_the_new_ones(

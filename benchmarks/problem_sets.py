@@ -72,6 +72,7 @@ from krung.host.scale.gpu_memory import (
     told_by_nvidia_smi,
 )
 from krung.host.scale.local import FreeSlots, in_turn
+from krung.judge import gpu_lock
 from krung.judge.ladder import specs
 
 KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
@@ -464,13 +465,13 @@ def _where_it_was(store: Path, job: Job, ladder: str) -> str:
 
 
 def gpu_lock_state(folder: Path | None = None) -> str:
-    """Whether krung's GPU lock (krung.judge.gpu_lock: a flock on krung-gpu-*.lock in the
-    temporary folder) is held now, and how many evaluations wait for it, as /proc/locks
+    """Whether krung's GPU lock (krung.judge.gpu_lock: a flock on a file in the temporary
+    folder) is held now, and how many evaluations wait for it, as /proc/locks
     tells; "" where none holds it or it cannot be told. At a timeout in a rung that waits
     for the GPU: whether the time may have gone on waiting."""
     folder = folder or Path(tempfile.gettempdir())
     with contextlib.suppress(OSError, ValueError, IndexError):
-        files = {os.stat(path).st_ino for path in folder.glob("krung-gpu-*.lock")}
+        files = {os.stat(path).st_ino for path in folder.glob(gpu_lock.NAME.format("*"))}
         held = waiting = 0
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()  # `1: [->] FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF`
@@ -814,8 +815,7 @@ def main() -> None:
             jobs = jobs[:args.limit]
         earlier, elsewhere = _earlier_rows(args.out, jobs) if args.resume else ([], [])
         # kept, but a timeout or a run out of GPU memory, measured again: such a problem alone
-        kept = {(r.family, r.problem, r.version): r for r in earlier
-                if r.verdict != "timeout" and not _out_of_memory(r)}
+        kept = {_key(r): r for r in earlier if r.verdict != "timeout" and not _out_of_memory(r)}
         alone = frozenset((r.family, r.problem) for r in earlier
                           if not r.ok and _out_of_memory(r))
         if args.rerun:
@@ -831,7 +831,7 @@ def main() -> None:
         kept_problems = {problem for _, problem, _ in kept.keys() - other_cards}
         # every earlier row stays in --out until its job has run again: a run cut short (its
         # device call's end) loses none of them, nor what they tell the next run (`alone`)
-        earlier_rows = {(row.family, row.problem, row.version): row for row in earlier}
+        earlier_rows = {_key(row): row for row in earlier}
         to_run = {i for i, job in enumerate(jobs)
                   if _key(job) not in kept or _key(job) in other_cards}
         rows: list[Row | None] = [earlier_rows.get(_key(job)) for job in jobs]
@@ -887,8 +887,8 @@ def main() -> None:
              if left_out else ""))
 
 
-def _key(job: Job) -> tuple[str, str, str]:
-    return job.family, job.problem, job.version
+def _key(item: Job | Row) -> tuple[str, str, str]:
+    return item.family, item.problem, item.version
 
 
 def _earlier_rows(out: Path, jobs: list[Job]) -> tuple[list[Row], list[Row]]:
@@ -898,8 +898,8 @@ def _earlier_rows(out: Path, jobs: list[Job]) -> tuple[list[Row], list[Row]]:
         return [], []
     wanted = {_key(job) for job in jobs}
     rows = [Row(**row) for row in json.loads(out.read_text())]
-    ours = [row for row in rows if (row.family, row.problem, row.version) in wanted]
-    return ours, [row for row in rows if (row.family, row.problem, row.version) not in wanted]
+    return ([row for row in rows if _key(row) in wanted],
+            [row for row in rows if _key(row) not in wanted])
 
 
 def _out_of_memory(row: Row) -> bool:

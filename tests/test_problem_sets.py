@@ -23,6 +23,7 @@ import pytest
 from benchmarks import problem_sets as sets
 
 from krung.host.scale.gpu_memory import CONTEXTS_MIB, DECLARED_FACTOR, HEADROOM
+from krung.judge import gpu_lock
 from tests.conftest import KERNELBENCH, REPO
 from tests.test_gpu_memory import kernelbench_problem
 
@@ -387,7 +388,7 @@ def test_a_timeout_names_the_rung_it_was_killed_in():
 def test_a_timeout_says_whether_the_gpus_lock_was_held_and_how_many_waited(tmp_path):
     """krung's GPU lock held here, real evaluations' stand-ins waiting for it in processes of
     their own: /proc/locks tells both; another file's flock is not krung's lock."""
-    lock = tmp_path / f"krung-gpu-GPU-{random.randint(0, 9999)}.lock"
+    lock = tmp_path / gpu_lock.NAME.format(f"GPU-{random.randint(0, 9999)}")
     other = tmp_path / "other.lock"
     for path in (lock, other):
         path.touch()

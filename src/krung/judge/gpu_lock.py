@@ -21,12 +21,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+NAME = "krung-gpu-{}.lock"  # in the machine's temporary folder, {} the GPU's UUID
+
 
 def lock_path(env: dict[str, Any]) -> Path:
     """The lock file of the GPU that `env` (judge.serve.environment) describes; one for the
     whole machine when the GPU has no UUID to tell it apart."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(env.get("device_uuid") or "unknown"))
-    return Path(tempfile.gettempdir()) / f"krung-gpu-{name}.lock"
+    return Path(tempfile.gettempdir()) / NAME.format(name)
 
 
 @contextlib.contextmanager

@@ -3,12 +3,15 @@ small problems and versions written to a temporary directory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,6 +168,18 @@ def default_sigint() -> None:
     background ignores SIGINT, the child inherits that, and Python then installs no
     KeyboardInterrupt handler."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def until_rung(store: Path, name: str, timeout: float = 240) -> None:
+    """Until the store's newest run has recorded the rung `name`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(store)) as db:
+            if db.execute("SELECT 1 FROM rungs WHERE name=? AND run_id=(SELECT run_id FROM "
+                          "runs ORDER BY started_at DESC LIMIT 1)", (name,)).fetchone():
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"the {name} rung never came")
 
 
 def write(path: Path, text: str) -> Path:

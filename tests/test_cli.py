@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
-from tests.conftest import GOOD, TAIL_BUG, default_sigint, write
+import krung
+from tests.conftest import GOOD, TAIL_BUG, default_sigint, until_rung, write
 
 
 @pytest.mark.newest
@@ -455,11 +458,15 @@ def kernel(x):
 
 
 @pytest.mark.newest
-@pytest.mark.parametrize("output, stop", [("text", signal.SIGINT), ("agent", signal.SIGTERM)])
+@pytest.mark.parametrize("output, stop", [("text", signal.SIGINT), ("agent", signal.SIGTERM),
+                                          ("json", signal.SIGTERM)])
 def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
         scale_problem, version, store, tmp_path, output, stop):
     """Each rung's line is on stdout as the rung finishes (through a pipe, as an agent reads
-    it), so Ctrl-C or a timeout's SIGTERM during the benchmark loses none of them."""
+    it), so Ctrl-C or a timeout's SIGTERM during the benchmark loses none of them; then the
+    run as recorded, saying where it was stopped, and exit 130 (JSON: the run's one object,
+    whose rungs are those it finished). With typer 0.29, whose click turns Ctrl-C into a
+    silent exit 130, this is printed all the same."""
     environ = dict(os.environ, KRUNG_STORE=str(store), KRUNG_DEVICE="cpu",
                    KRUNG_CALL_TIMEOUT="600")
     command = [sys.executable, "-m", "krung", "run", str(scale_problem),
@@ -475,10 +482,13 @@ def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
     watchdog.start()
     try:
         seen = []
-        for line in process.stdout:  # arrives while the run goes on
+        if output == "json":  # nothing until the end: the store tells the rungs finished
+            until_rung(store, "determinism")
+        for line in process.stdout if output != "json" else ():  # while the run goes on
             seen.append(line.rstrip("\n"))
             if line.startswith("[determinism]"):
                 break
+        time.sleep(1.0)  # into the benchmark's hanging call
         assert process.poll() is None, seen  # still running: the benchmark hangs
         process.send_signal(stop)
         rest = process.stdout.read()  # what it printed after the signal, until it ended
@@ -487,10 +497,22 @@ def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
         watchdog.cancel()
         kill_group()
         process.stdout.close()
+    finished = ["static", "compile", "run", "correctness", "determinism"]
+    assert process.returncode == 130, rest
+    if output == "json":
+        run = json.loads(rest)
+        assert [rung["name"] for rung in run["rungs"]] == finished, run
+        assert run["outcome"] == "error" and run["ok"] is False
+        assert run["error"].startswith("interrupted (Ctrl-C or SIGTERM)"), run["error"]
+        assert "benchmark" in run["error"], run["error"]
+        jsonschema = pytest.importorskip("jsonschema")
+        jsonschema.validate(run, krung.run_schema())  # what `krung schema` says a run is
+        return
     printed = [line.split()[0] for line in seen if line.startswith("[")]
-    assert printed == ["[static]", "[compile]", "[run]", "[correctness]", "[determinism]"]
+    assert printed == [f"[{name}]" for name in finished]
     assert all(line.split()[1] == "ok" for line in seen if line.startswith("["))
     assert not any(line.startswith("[benchmark] ok") for line in rest.splitlines())
+    assert "STOPPED (no verdict)" in rest and "benchmark" in rest, rest
 
 
 def test_a_problem_whose_generator_raises_is_named_with_its_file_and_line(krung, tmp_path,

@@ -22,7 +22,7 @@ import pytest
 from krung.host import service
 from krung.judge import gpu_lock
 from krung.protocol import messages
-from tests.conftest import GOOD, default_sigint, write
+from tests.conftest import GOOD, default_sigint, until_rung, write
 
 QUICK = "static,compile,run"
 CRASHES = {
@@ -114,18 +114,6 @@ def _until_running(store: Path, process: subprocess.Popen, timeout: float = 240)
                 return env
         time.sleep(0.1)
     raise AssertionError("the run never started")
-
-
-def _until_rung(store: Path, name: str, timeout: float = 240) -> None:
-    """Until the newest run has recorded the rung `name`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(sqlite3.Error), sqlite3.connect(store) as db:
-            if db.execute("SELECT 1 FROM rungs WHERE name=? AND run_id=(SELECT run_id FROM "
-                          "runs ORDER BY started_at DESC LIMIT 1)", (name,)).fetchone():
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"the {name} rung never came")
 
 
 def _krung(store: Path, *args: str, **extra: str) -> subprocess.Popen:
@@ -240,7 +228,7 @@ def test_a_judge_killed_mid_run_is_tried_again_in_fresh_processes(
                     "--json")
     env = _until_running(store, client)
     assert env["judge"] == "service"
-    _until_rung(store, "static")
+    until_rung(store, "static")
     os.kill(warm["pid"], signal.SIGKILL)
     os.killpg(env["judge_pid"], signal.SIGKILL)
     out, err = client.communicate(timeout=300)
@@ -274,11 +262,11 @@ def test_ctrl_c_ends_judge_and_worker_within_2_s_and_records_the_run_interrupted
                         **({"KRUNG_JUDGE_FORKS": ""} if via == "cold" else {}))
         env = _until_running(store, client)
         assert env["judge"] == via
-        _until_rung(store, "static")
+        until_rung(store, "static")
         time.sleep(1.0)  # inside the endless first call
         os.kill(client.pid, how)
         judge_s, worker_s = _gone(env["judge_pid"], 5), _gone(env["worker_pid"], 5)
-        _, stderr = client.communicate(timeout=10)
+        stdout, stderr = client.communicate(timeout=10)
         code = client.returncode
     finally:
         service.stop(store)
@@ -291,6 +279,7 @@ def test_ctrl_c_ends_judge_and_worker_within_2_s_and_records_the_run_interrupted
     assert state == "broken"
     assert "interrupted" in error and "compile" in error, error
     assert rungs == ["static"]  # the rung finished before the interruption is kept
+    assert "STOPPED (no verdict)  run " in stdout and error in stdout, stdout  # and printed
 
 
 def test_a_stale_socket_is_removed_and_a_starting_service_is_left_alone(store, tmp_path):

@@ -28,6 +28,7 @@ _EXPORTS = {
     "list_context": "krung.host.context",
     "search_context": "krung.host.context",
     "diff_runs": "krung.host.diff",
+    "Interrupted": "krung.protocol.errors",
     "KrungError": "krung.protocol.errors",
     "ProblemError": "krung.protocol.errors",
     "UsageError": "krung.protocol.errors",
@@ -84,6 +85,7 @@ __all__ = [
     "ContextEntry",
     "Entry",
     "Executor",
+    "Interrupted",
     "Job",
     "KrungError",
     "Outcome",
@@ -176,6 +178,6 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from krung.judge.problem.catalog import describe_problem, list_problems
     from krung.judge.rungs.roofline.calibration import Calibration
     from krung.judge.solution import save_version
-    from krung.protocol.errors import KrungError, ProblemError, UsageError
+    from krung.protocol.errors import Interrupted, KrungError, ProblemError, UsageError
     from krung.protocol.results import Run, RungResult, Status
     from krung.protocol.settings import Settings

@@ -39,6 +39,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1
     USAGE = 2
     INTERNAL = 3
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM, as a shell reports SIGINT
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -120,12 +121,15 @@ def run(
             sys.stdout.write(report.agent_rung_line(result) + "\n")
             sys.stdout.flush()
 
-    with progress or contextlib.nullcontext():
-        result = krung.evaluate(problem, solution, rungs=rungs, device=given["device"],
-                                seed=given["seed"], precision=given["precision"],
-                                settings=settings, on_result=on_result,
-                                on_progress=on_progress, on_env=on_env,
-                                parent=given["parent"])
+    try:
+        with progress or contextlib.nullcontext():
+            result = krung.evaluate(problem, solution, rungs=rungs, device=given["device"],
+                                    seed=given["seed"], precision=given["precision"],
+                                    settings=settings, on_result=on_result,
+                                    on_progress=on_progress, on_env=on_env,
+                                    parent=given["parent"])
+    except krung.Interrupted as stopped:  # the run as recorded, saying where it stopped
+        result = stopped.run
     if chosen is OutputFormat.JSON:
         _print_json(result.to_json())
     elif chosen is OutputFormat.AGENT:  # its `next:` command repeats this one's options
@@ -134,6 +138,8 @@ def run(
         sys.stdout.write("\n" + report.agent_summary(result, turn=turn) + "\n")
     else:
         _print_tables_and_verdict(result)
+    if result.interrupted:
+        raise typer.Exit(ExitCode.INTERRUPTED)
     if result.error:
         raise typer.Exit(ExitCode.INTERNAL)
     raise typer.Exit(ExitCode.OK if result.ok else ExitCode.FAILED)
@@ -343,15 +349,21 @@ def main(args: list[str] | None = None) -> None:
                                  wants_json)
     except typer.Exit as exc:
         code = exc.exit_code
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # typer 0.29's way of a Ctrl-C
+            code = _interrupted(wants_json)
     except (typer.Abort, KeyboardInterrupt):
-        code = cli_errors.report("Interrupted", "stopped before the command finished", None,
-                                 130, wants_json)
+        code = _interrupted(wants_json)
     except Exception as exc:
         if cli_errors.is_parser_error(exc):
             code = cli_errors.parser_error(exc, wants_json)
         else:
             code = cli_errors.internal_error(exc, wants_json)
     sys.exit(code if isinstance(code, int) else ExitCode.OK)
+
+
+def _interrupted(wants_json: bool) -> int:
+    return cli_errors.report("Interrupted", "stopped before the command finished", None,
+                             ExitCode.INTERRUPTED, wants_json)
 
 
 if __name__ == "__main__":

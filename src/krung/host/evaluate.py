@@ -5,9 +5,10 @@ takes a judge process (a warm one from the store's service, krung.host.service, 
 one), streams the rung results it sends into the store and to the caller, and keeps a watchdog
 on it: the judge says something every few seconds, so one that goes silent is killed within
 SILENCE_S, and one whose heartbeat goes on while nothing else moves for longer than any step
-may take (a problem's reference that never returns) is killed too. If the judge dies, the run is still recorded, with why. Ctrl-C (or SIGTERM, where
-this is the main thread) stops the judge and its worker at once and records the run as
-interrupted, the rungs done by then included, before the KeyboardInterrupt goes on up.
+may take (a problem's reference that never returns) is killed too. If the judge dies, the run
+is still recorded, with why. Ctrl-C (or SIGTERM, where this is the main thread) stops the judge
+and its worker at once and records the run as interrupted, with the rungs done by then and
+where it was stopped; then krung.Interrupted, a KeyboardInterrupt carrying the run, goes on up.
 
 A judge that fails (or raises inside a rung: InternalError, an exception of krung's or the
 problem's code, such as the reference running out of GPU memory) is krung's failure, not the
@@ -46,8 +47,8 @@ from krung.judge.problem.files import problem_files
 from krung.judge.solution import read_solution
 from krung.protocol import messages
 from krung.protocol.channel import Channel, ChannelClosed, spawn
-from krung.protocol.errors import KrungError, ProblemError, UsageError
-from krung.protocol.results import INTERNAL_ERROR, Run, RungResult
+from krung.protocol.errors import Interrupted, KrungError, ProblemError, UsageError
+from krung.protocol.results import INTERNAL_ERROR, INTERRUPTED, Run, RungResult
 from krung.protocol.settings import Settings
 
 OnResult = Callable[[RungResult], None]
@@ -133,7 +134,7 @@ def evaluate(
                                               on_progress, on_env, env or {}, deadline)
         db.finish(run)
         if interrupted:
-            raise KeyboardInterrupt
+            raise Interrupted(run)
         return run
     finally:
         if owned:
@@ -250,7 +251,7 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
     try:
         judge = _take_judge(settings, db.path, run_dir, env)
     except KeyboardInterrupt:  # a judge half taken sees its channel close, and ends
-        run.error = "interrupted (Ctrl-C or SIGTERM) before the evaluation began"
+        run.error = f"{INTERRUPTED} before the evaluation began"
         return True, False
     run.env["judge"] = judge.origin
     worker_pid = None
@@ -299,6 +300,9 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
             elif isinstance(message, messages.RungDone):
                 result = RungResult.from_json(message.result)
                 run.rungs.append(result)
+                done = {r.name for r in run.rungs}  # until the next rung's progress says more
+                at = next((f"in the {name} rung" for name in request.rungs if name not in done),
+                          "at the end")
                 db.add_rung(run.run_id, len(run.rungs) - 1, result)
                 if on_result:
                     on_result(result)
@@ -331,10 +335,8 @@ def _drive_judge(run: Run, db: Store, request: messages.Request, settings: Setti
         again = exc.retry
     except KeyboardInterrupt:
         interrupted = True
-        rung = next((n for n in request.rungs if n not in {r.name for r in run.rungs}), None)
-        when = f"during the {rung} rung" if rung else "at the end"
-        run.error = (f"interrupted (Ctrl-C or SIGTERM) {when}; the judge and its worker were "
-                     "stopped, the rungs before were recorded")
+        run.error = (f"{INTERRUPTED} {at}; the judge and its worker were stopped, the rungs "
+                     "before were recorded")
         judge.terminate()  # it kills its worker and whatever else it started
         stop_within = 1.0
     finally:

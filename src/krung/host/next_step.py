@@ -73,6 +73,9 @@ def next_line(run: Run, failed: RungResult | None, turn: Turn | None = None) -> 
 
 def next_step(run: Run, failed: RungResult | None, turn: Turn) -> tuple[str, str]:
     """The command to run next and why."""
+    if run.interrupted:
+        return turn.run_command(), ("stopped before its verdict: run it again; the error says "
+                                    "the step it was stopped in")
     if run.error:
         return turn.run_command(), (
             f"krung failed, not your version: run it again; if the error repeats, it is a "

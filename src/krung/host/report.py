@@ -47,6 +47,8 @@ def rung_block(result: RungResult) -> list[str]:
 
 
 def verdict(run: Run) -> str:
+    if run.interrupted:
+        return f"STOPPED (no verdict)  run {run.run_id}: {run.error}"
     if run.error:
         return f"ERROR (krung failed, not your version)  run {run.run_id}: {run.error}"
     failed = [r.name for r in run.rungs if r.status is Status.FAILED]
@@ -185,6 +187,8 @@ def agent_summary(run: Run, max_lines: int = AGENT_MAX_LINES, turn: Turn | None 
 def _agent_verdict(run: Run, failed: RungResult | None) -> str:
     where = f"run {run.run_id}  problem {run.problem}  version {_file_name(run.solution)}  " \
             f"device {run.device}" + "  (not graded)" * (run.env.get("graded") is False)
+    if run.interrupted:
+        return f"STOPPED (no verdict)  {where}"
     if run.error:
         return f"ERROR (krung failed, not your version)  {where}"
     if failed is not None:

@@ -127,8 +127,10 @@ def run_schema() -> dict[str, Any]:
             "device": {"type": "string", "description": "cpu, or the GPU's name"},
             "outcome": {"enum": ["passed", "failed", "error"],
                         "description": "passed or failed: the verdict on the version; error: "
-                                       "krung itself failed (twice: the judge died, fell "
-                                       "silent or raised), not a verdict on the version"},
+                                       "no verdict on the version: krung itself failed "
+                                       "(twice: the judge died, fell silent or raised), or "
+                                       "the run was interrupted (exit 130; `error` says "
+                                       "where)"},
             "ok": {"type": "boolean"},
             "unchecked_paths": {
                 "type": "array", "items": {"$ref": "#/$defs/unchecked_path"},

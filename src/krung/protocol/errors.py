@@ -5,6 +5,11 @@ Agents read these: the hint is its own field, never buried in the message.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from krung.protocol.results import Run
+
 
 class KrungError(Exception):
     """A problem the user can fix; `hint` says how."""
@@ -31,6 +36,16 @@ class ProblemError(KrungError):
         lines = [f"problem {path} has {len(defects)} defect(s):"]
         lines += [f"  - {what}  (fix: {fix})" for what, fix in defects]
         super().__init__("\n".join(lines), hint=defects[0][1] if defects else None)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped an evaluation: `run` is what was recorded by then (the rungs
+    finished, and its error saying where it was stopped). A KeyboardInterrupt still, so
+    whatever stops on Ctrl-C stops on it."""
+
+    def __init__(self, run: Run):
+        super().__init__(run.error)
+        self.run = run
 
 
 class RungFailed(Exception):

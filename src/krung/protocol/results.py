@@ -18,6 +18,9 @@ from krung.protocol.unchecked import unchecked_paths
 # verdict on the version (krung.host.evaluate tries the evaluation again, then reports it).
 INTERNAL_ERROR = "InternalError"
 
+# How an interrupted run's error begins (krung.host.evaluate writes it)
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+
 
 class Status(str, enum.Enum):
     OK = "ok"
@@ -99,11 +102,16 @@ class Run:
 
     @property
     def outcome(self) -> str:
-        """passed, failed (the version's verdict) or error (krung itself failed: not a
-        verdict on the version; a suite's scores leave it out)."""
+        """passed, failed (the version's verdict) or error (no verdict on the version: krung
+        itself failed, or the run was interrupted; a suite's scores leave it out)."""
         if self.error:
             return "error"
         return "passed" if self.ok else "failed"
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C or SIGTERM stopped the evaluation (its error says where)."""
+        return (self.error or "").startswith(INTERRUPTED)
 
     @property
     def unchecked_paths(self) -> list[dict[str, Any]]:

@@ -27,7 +27,9 @@ resumed run on a card whose name matches runs the rows kept from other cards aga
 jobs not run yet: one card's table, over the calls that card is lent. GPU MODE's quick problems
 run first, then KernelBench, then the problems whose authors give a submission more than six
 minutes, each given that time (its task.yml's test and benchmark timeouts) where it is more
-than `--timeout`. With `--jobs N` on a GPU whose memory nvidia-smi tells, a job starts only
+than `--timeout`. A run past its time is told to stop (SIGTERM, as `timeout` does), and its row
+keeps what `krung run --json` printed then: the rungs it finished, with their seconds, and the
+step it was in (`rungs_s` holds every row's seconds per rung: where its time went). With `--jobs N` on a GPU whose memory nvidia-smi tells, a job starts only
 where its problem's device memory fits beside the jobs at work (krung.host.scale.gpu_memory, as
 krung's own suites share a GPU): at declared sizes, level 1's 6 GiB inputs run a GPU out of
 memory three at once. The rungs are krung's default ladder (benchmark and artifacts included)
@@ -50,7 +52,6 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -74,6 +75,7 @@ from krung.host.scale.gpu_memory import (
 from krung.host.scale.local import FreeSlots, in_turn
 from krung.judge import gpu_lock
 from krung.judge.ladder import specs
+from krung.protocol.results import INTERRUPTED
 
 KERNELBENCH, GPUMODE = "KernelBench", "reference-kernels"
 LEVELS = ("level1", "level2", "level3")
@@ -163,6 +165,9 @@ class Row:
     kernelbench_check: str = ""  # KernelBench's own check on the honest baseline
     run_id: str = ""
     card: str = ""  # the GPU it ran on (nvidia-smi's name), "cpu", or "" (not told)
+    commit: str = ""  # krung's commit it ran at (rows of several calls may differ)
+    # Seconds in each rung that ran (a run stopped at its timeout: those it finished)
+    rungs_s: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -336,6 +341,17 @@ def card_of(device: str) -> str:
     return name or ("cpu" if device in ("cpu", "auto") else "")
 
 
+def krung_commit() -> str:
+    """krung's commit: KRUNG_GATE_COMMIT where a device call names it (the copy of the working
+    tree there may have no .git, or another checkout's), else git's HEAD, else ""."""
+    if os.environ.get("KRUNG_GATE_COMMIT"):
+        return os.environ["KRUNG_GATE_COMMIT"][:7]
+    with contextlib.suppress(OSError):
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent).stdout.strip()
+    return ""
+
+
 def gpu_peaks(row: Row) -> dict[str, float | None]:
     """A row's device peaks, as krung's run env names them."""
     return {"judge_device_peak_mib": row.judge_gpu_mib,
@@ -406,7 +422,8 @@ def warm_judges(args: argparse.Namespace, store: Path) -> Iterator[None]:
 
 
 def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
-    row = Row(job.family, job.problem, job.version, job.expect, card=args.card)
+    row = Row(job.family, job.problem, job.version, job.expect, card=args.card,
+              commit=args.commit)
     env = job_env(args, store)
     rungs = [] if args.rungs == DEFAULT_RUNGS else ["--rungs", args.rungs]
     command = [sys.executable, "-m", "krung", "run", str(job.path), str(job.source), *rungs,
@@ -418,9 +435,8 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         try:
             process.wait(timeout=job_timeout(job, args))
         except subprocess.TimeoutExpired:
-            lock = gpu_lock_state()  # before the kill, which frees what the run held
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            lock = gpu_lock_state()  # before the stop, which frees what the run held
+            stop(process)
             row.verdict = "timeout"
         row.wall_s = round(time.perf_counter() - start, 1)
         out.seek(0)
@@ -428,7 +444,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
         stdout, stderr = out.read(), err.read()
     if row.verdict == "timeout":
         row.explanation = (f"no answer within {job_timeout(job, args):g} s"
-                           + _where_it_was(store, job, args.rungs) + lock)
+                           + _where_it_was(row, stdout, args.rungs) + lock)
     else:
         _read_outcome(row, process.returncode, stdout, stderr)
     expected = row.verdict == ("passed" if job.expect == PASS else "failed")
@@ -440,6 +456,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
 # Free device memory a judge's cache keeps and cannot give back (segments a small live block
 # holds), worth a note: what the L2 flush buffer and cuBLAS's workspace would pin.
 PINNED_NOTE_MIB = 256
+STOP_GRACE_S = 30  # for a run stopped at its timeout to print what it had done
 
 
 def job_timeout(job: Job, args: argparse.Namespace) -> float:
@@ -447,21 +464,36 @@ def job_timeout(job: Job, args: argparse.Namespace) -> float:
     return max(args.timeout, job.declared_s)
 
 
-def _where_it_was(store: Path, job: Job, ladder: str) -> str:
-    """What a run killed at its timeout had done, as its store recorded it: the rungs it
-    finished and their seconds, and the one it was in (the next of `ladder`, --rungs)."""
-    with contextlib.suppress(sqlite3.Error, ValueError, KeyError):
-        with contextlib.closing(sqlite3.connect(store)) as db:
-            run = db.execute("SELECT run_id FROM runs WHERE solution=? ORDER BY started_at "
-                             "DESC LIMIT 1", (str(job.source),)).fetchone()
-            rungs = db.execute("SELECT name, result FROM rungs WHERE run_id=? ORDER BY "
-                               "position", (run[0],)).fetchall() if run else []
-        if run:
-            done = ", ".join(f"{name} {json.loads(result)['duration_s']:.0f} s"
-                             for name, result in rungs)
-            return f"; rungs finished before: {done or 'none'}" + _killed_in(
-                ladder, {name for name, _ in rungs})
-    return ""
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, which `krung run --json` answers with the run as recorded (the rungs it
+    finished, and where it was stopped) once it has stopped its judge; its whole process group
+    killed after STOP_GRACE_S. Only krung's process is told: a judge in its group told too
+    could die first, which krung would report as the judge's failure."""
+    process.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):  # the judge and worker, should any be left
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _where_it_was(row: Row, stdout: str, ladder: str) -> str:
+    """What a run stopped at its timeout had done, as it printed it: the rungs it finished
+    and their seconds (kept in the row), and the one it was in (the next of `ladder`,
+    --rungs), with krung's own words for where."""
+    try:
+        run = json.loads(stdout)
+        rungs = run["rungs"]
+    except (json.JSONDecodeError, TypeError, KeyError):
+        return "; it printed nothing when stopped"
+    row.run_id = run.get("run_id") or ""
+    row.rungs_s = {rung["name"]: round(rung.get("duration_s") or 0.0, 1)
+                   for rung in rungs if rung["status"] != "skipped"}
+    done = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in row.rungs_s.items())
+    where = (run.get("error") or "").removeprefix(INTERRUPTED).split(";")[0].strip()
+    return (f"; rungs finished before: {done or 'none'}"
+            + _killed_in(ladder, {rung["name"] for rung in rungs})
+            + (f"; krung said it was {where}" if where else ""))
 
 
 def gpu_lock_state(folder: Path | None = None) -> str:
@@ -529,6 +561,8 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
         notes.append("scaled " + ", ".join(f"{k} {v}" for k, v in env["scaled_sizes"].items()))
     if env.get("scale_note"):
         notes.append(env["scale_note"])
+    row.rungs_s = {rung["name"]: round(rung.get("duration_s") or 0.0, 1)
+                   for rung in run["rungs"] if rung["status"] != "skipped"}
     for rung in run["rungs"]:
         figures = rung.get("figures") or {}
         if figures.get("unseen_skipped"):
@@ -690,6 +724,9 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
                                         for card, n in cards.most_common())
               + ".", ""]
     many = len(cards) > 1  # then each row names its own
+    commits = Counter(r.commit or "not told" for r in rows)
+    lines += ["krung at: " + "; ".join(f"{commit} {n} row{'s' * (n != 1)}"
+                                       for commit, n in commits.most_common()) + ".", ""]
     missed = [r for r in rows if not r.ok]
     if missed:
         unknown = [r for r in missed if not cause(r)]
@@ -697,7 +734,8 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
                   f"known cause; {len(unknown)} not yet explained"
                   + (f" ({', '.join(sorted({r.problem for r in unknown})[:12])})"
                      if unknown else "") + ".", ""]
-    heads = ["problem", "version", "expect", "result", "wall s", "judge MiB", "worker MiB",
+    heads = ["problem", "version", "expect", "result", "wall s", "slowest rung s",
+             "judge MiB", "worker MiB",
              "judge GPU MiB", "worker GPU MiB", "KernelBench check", "failure, explained",
              "notes", *["card"] * many]
     lines.append("| " + " | ".join(heads) + " |")
@@ -709,13 +747,21 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
             failure = f"**{cause(r)}**: {failure}"
         elif not r.ok:
             failure = f"**not yet explained**: {failure}"
-        cells = [r.problem, r.version, r.expect, result, f"{r.wall_s:g}",
+        cells = [r.problem, r.version, r.expect, result, f"{r.wall_s:g}", _slowest(r),
                  _cell(r.judge_peak_mib), _cell(r.worker_peak_mib),
                  _cell(r.judge_gpu_mib),
                  _cell(r.worker_gpu_mib), r.kernelbench_check, failure, r.notes,
                  *[r.card or "not told"] * many]
         lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _slowest(row: Row) -> str:
+    """The rung the row's run spent most seconds in, with them: where its time went."""
+    if not row.rungs_s:
+        return "-"
+    name = max(row.rungs_s, key=row.rungs_s.__getitem__)
+    return f"{name} {row.rungs_s[name]:g}"
 
 
 def _cell(value: float | None) -> str:
@@ -820,7 +866,7 @@ def main() -> None:
                           if not r.ok and _out_of_memory(r))
         if args.rerun:
             kept = {key: row for key, row in kept.items() if not re.search(args.rerun, key[1])}
-        args.card = card_of(args.device)
+        args.card, args.commit = card_of(args.device), krung_commit()
         preferred = bool(args.prefer_card) and bool(re.search(args.prefer_card, args.card))
         # kept until run again, and run after the jobs not run yet
         other_cards = {key for key, row in kept.items()

@@ -327,6 +327,7 @@ def test_a_run_cut_short_keeps_every_row_it_did_not_measure_again(tmp_path):
     assert rows == {elsewhere["problem"]: elsewhere, timeout["problem"]: timeout,
                     f"level1/{first}": rows[f"level1/{first}"]}
     assert rows[f"level1/{first}"]["verdict"] == "passed"
+    assert list(rows[f"level1/{first}"]["rungs_s"]) == ["static"]  # --rungs static
 
 
 def test_each_kernelbench_level_has_its_wrong_versions(tmp_path):
@@ -383,6 +384,35 @@ def test_a_timeout_names_the_rung_it_was_killed_in():
                                                   set(ladder) - {"benchmark"})
     assert sets._killed_in("static,correctness", {"static"}) == "; killed in correctness"
     assert sets._killed_in("static", {"static"}) == ""
+
+
+def test_a_run_stopped_at_its_timeout_keeps_the_rungs_it_finished_and_where_it_was(tmp_path):
+    """A real run stopped at the script's timeout (the version's forward never returns; the
+    problem's own, the reference, does): its row keeps the rungs it finished, with their
+    seconds, from what `krung run --json` printed when told to stop, and names the rung it
+    was in, in krung's own words too."""
+    hangs = f"{random.randint(90, 99)}_Hangs"
+    level1 = level1_sets(tmp_path, [])
+    (level1 / f"{hangs}.py").write_text(
+        "import time\nfrom pathlib import Path\n\nimport torch\n\n\n"
+        "class Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        if 'KernelBench' not in Path(__file__).parts:  # the version's copy\n"
+        "            time.sleep(600)\n        return x * 2\n\n\n"
+        f"def get_inputs():\n    return [torch.randn({random.randint(8, 64)})]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    out = tmp_path / "out.json"
+    # 15 s: after a cold judge's static rung on a loaded machine too
+    command, env = resumed_run(out, "--rungs", "static,run", "--timeout", "15",
+                               "--kernelbench-check", "none")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [row] = json.loads(out.read_text())
+    assert row["verdict"] == "timeout" and row["run_id"], row
+    assert list(row["rungs_s"]) == ["static"] and row["rungs_s"]["static"] >= 0
+    assert "rungs finished before: static" in row["explanation"], row["explanation"]
+    assert "killed in run; krung said it was " in row["explanation"], row["explanation"]
+    assert "run" in row["explanation"].split("krung said it was ")[1]
 
 
 def test_a_timeout_says_whether_the_gpus_lock_was_held_and_how_many_waited(tmp_path):
@@ -499,10 +529,14 @@ def test_every_failure_has_its_cause_or_is_counted_not_yet_explained(tmp_path):
     assert sets.cause(alone).endswith("alone on the GPU")
     args = argparse.Namespace(device="cuda", scale=1.0, rungs="default", service=True,
                               kernelbench_check="failed")
+    seconds = {"correctness": random.uniform(1, 50), "benchmark": random.uniform(60, 300)}
+    rows[-1].rungs_s, rows[-1].commit = seconds, "abc1234"
     table = sets.markdown([*rows, alone], args)
     assert "Not met: 8 rows, 7 of them with a known cause; 1 not yet explained (group/p_py)" \
         in table
     assert table.count("**not yet explained**") == 1
+    assert f"| benchmark {seconds['benchmark']:g} |" in table  # where its time went
+    assert "krung at: not told 8 rows; abc1234 1 row." in table
 
 
 def test_a_row_says_when_krungs_first_try_failed():

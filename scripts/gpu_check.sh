@@ -129,13 +129,14 @@ for problem, env in runs:
 PY
     ;;
   sets)
-    # The whole sets take several calls: copy the sets.json a call brought back to
-    # .gpu/sets.json (carried) and the next call goes on from it; none starts a problem after
-    # STOP_AFTER seconds. SETS_ARGS is split on spaces (no quotes inside it); a --rerun
+    # The whole sets take several calls, over sessions: copy the sets.json a call brought
+    # back to benchmarks/problem_sets.json and commit it (a new checkout has no .gpu/), and
+    # the next call goes on from it; none starts a problem after STOP_AFTER seconds. SETS_ARGS is split on spaces (no quotes inside it); a --rerun
     # regex goes in SETS_RERUN, whole. The table is the H200's: on one, the rows other cards
     # measured run again after the rest (SETS_CARD, a regex over nvidia-smi's name).
     resume=""
-    if [ -f .gpu/sets.json ]; then cp .gpu/sets.json "$OUT/sets.json"; resume=--resume; fi
+    rows=benchmarks/problem_sets.json
+    if [ -f "$rows" ]; then cp "$rows" "$OUT/sets.json"; resume=--resume; fi
     python3 benchmarks/problem_sets.py run "${SETS:-.gpu/problem_sets.tar.gz}" --device cuda \
       --jobs "${JOBS:-2}" --timeout "${TIMEOUT:-300}" --out "$OUT/sets.json" --markdown "$OUT/sets.md" \
       --stop-after "${STOP_AFTER:-420}" $resume ${SETS_ARGS:-} \
@@ -144,7 +145,7 @@ PY
   *-bg)
     inner=${part%-bg}
     run=/tmp/krung-$inner
-    if [ ! -d "$run" ]; then  # the first call on this machine (a fresh one resumes .gpu/sets.json)
+    if [ ! -d "$run" ]; then  # the first call on this machine (sets: from the rows committed)
       # What the parts need, not the whole tree with whatever earlier parts left in it
       mkdir -p "$run/out" "$run/krung" &&
         cp -r src scripts benchmarks problems pyproject.toml .gpu "$run/krung/"

@@ -29,15 +29,16 @@ run first, then KernelBench, then the problems whose authors give a submission m
 minutes, each given that time (its task.yml's test and benchmark timeouts) where it is more
 than `--timeout`. A run past its time is told to stop (SIGTERM, as `timeout` does), and its row
 keeps what `krung run --json` printed then: the rungs it finished, with their seconds, and the
-step it was in (`rungs_s` holds every row's seconds per rung: where its time went). With `--jobs N` on a GPU whose memory nvidia-smi tells, a job starts only
-where its problem's device memory fits beside the jobs at work (krung.host.scale.gpu_memory, as
-krung's own suites share a GPU): at declared sizes, level 1's 6 GiB inputs run a GPU out of
-memory three at once. The rungs are krung's default ladder (benchmark and artifacts included)
-unless `--rungs` names others. The runs take their judges warm from a krung service on the
-run's store (`--no-service`: each starts its own, as a first `krung run` does), and
-KernelBench's own check runs where krung did not pass the baseline (`--kernelbench-check`),
-since it is there to explain a failure: both spare a device call the seconds of starting torch
-and CUDA again per problem. GPU MODE's problems make their data on `cuda`; on a CPU they fail
+step it was in (`rungs_s` holds every row's seconds per rung: where its time went). With
+`--jobs N` on a GPU whose memory nvidia-smi tells, a job starts only where its problem's device
+memory fits beside the jobs at work (krung.host.scale.gpu_memory, as krung's own suites share a
+GPU): at declared sizes, level 1's 6 GiB inputs run a GPU out of memory three at once. The
+rungs are krung's default ladder (benchmark and artifacts included) unless `--rungs` names
+others. The runs take their judges warm from a krung service on the run's store
+(`--no-service`: each starts its own, as a first `krung run` does), and KernelBench's own check
+runs where krung did not pass the baseline (`--kernelbench-check`), since it is there to
+explain a failure: both spare a device call the seconds of starting torch and CUDA again per
+problem. GPU MODE's problems make their data on `cuda`; on a CPU they fail
 to load, saying so. `--cuda-as-cpu` runs a copy whose `"cuda"` literals read `"cpu"`: not the
 problems as they are, but a check of krung's handling of them on a machine without a GPU.
 """
@@ -487,13 +488,18 @@ def _where_it_was(row: Row, stdout: str, ladder: str) -> str:
     except (json.JSONDecodeError, TypeError, KeyError):
         return "; it printed nothing when stopped"
     row.run_id = run.get("run_id") or ""
-    row.rungs_s = {rung["name"]: round(rung.get("duration_s") or 0.0, 1)
-                   for rung in rungs if rung["status"] != "skipped"}
+    row.rungs_s = rung_seconds(rungs)
     done = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in row.rungs_s.items())
     where = (run.get("error") or "").removeprefix(INTERRUPTED).split(";")[0].strip()
     return (f"; rungs finished before: {done or 'none'}"
             + _killed_in(ladder, {rung["name"] for rung in rungs})
             + (f"; krung said it was {where}" if where else ""))
+
+
+def rung_seconds(rungs: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds in each rung of a run's JSON that ran (not skipped)."""
+    return {rung["name"]: round(rung.get("duration_s") or 0.0, 1)
+            for rung in rungs if rung["status"] != "skipped"}
 
 
 def gpu_lock_state(folder: Path | None = None) -> str:
@@ -561,8 +567,7 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
         notes.append("scaled " + ", ".join(f"{k} {v}" for k, v in env["scaled_sizes"].items()))
     if env.get("scale_note"):
         notes.append(env["scale_note"])
-    row.rungs_s = {rung["name"]: round(rung.get("duration_s") or 0.0, 1)
-                   for rung in run["rungs"] if rung["status"] != "skipped"}
+    row.rungs_s = rung_seconds(run["rungs"])
     for rung in run["rungs"]:
         figures = rung.get("figures") or {}
         if figures.get("unseen_skipped"):

@@ -507,6 +507,10 @@ def test_a_run_stopped_mid_way_has_printed_every_rung_it_finished(
         assert "benchmark" in run["error"], run["error"]
         jsonschema = pytest.importorskip("jsonschema")
         jsonschema.validate(run, krung.run_schema())  # what `krung schema` says a run is
+        listed = subprocess.run([sys.executable, "-m", "krung", "history", "scale", "--json"],
+                                capture_output=True, text=True, env=environ, timeout=60)
+        verdicts = {line["run_id"]: line["verdict"] for line in json.loads(listed.stdout)}
+        assert verdicts[run["run_id"]] == "stopped"  # no verdict on the version, no error
         return
     printed = [line.split()[0] for line in seen if line.startswith("[")]
     assert printed == [f"[{name}]" for name in finished]

@@ -350,15 +350,17 @@ def opened(store: str | Path | Store | None) -> Iterator[Store]:
 
 
 def summary_of(run: Run) -> dict[str, Any]:
-    """The figures a history line shows: verdict, first failure, time, speedup, how close
-    to the roofline, and the parent run."""
+    """The figures a history line shows: verdict (ok, failed, error, or stopped: Ctrl-C or
+    SIGTERM ended it), first failure, time, speedup, how close to the roofline, and the
+    parent run."""
     bench = run.rung("benchmark")
     failed = next((r for r in run.rungs if r.status.value == "failed"), None)
     roofline = run.rung("roofline")
     # A suspect time fails the roofline rung, but its figures still say where it stood.
     placed = roofline is not None and "pct_of_roofline" in roofline.figures
     return {
-        "verdict": "ok" if run.ok else ("error" if run.error else "failed"),
+        "verdict": ("ok" if run.ok else "stopped" if run.interrupted
+                    else "error" if run.error else "failed"),
         "failed_rung": failed.name if failed else None,
         "geomean_us": bench.figures.get("geomean_us") if bench and bench.ok else None,
         "speedup": bench.figures.get("speedup") if bench and bench.ok else None,

@@ -18,7 +18,8 @@ AXIS = "#555"
 LEGEND_ROWS = 14
 LABEL_CHARS = 42
 MAX_X_LABELS = 40
-UNFINISHED = ("running", "abandoned")  # history's verdicts for runs with no finish time
+# History's verdicts with no verdict on the version: no finish time, or stopped by Ctrl-C
+UNFINISHED = ("running", "abandoned", "stopped")
 
 
 @dataclass(frozen=True)

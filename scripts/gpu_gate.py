@@ -35,6 +35,7 @@ records its own line
 from __future__ import annotations
 
 import argparse
+import atexit
 import concurrent.futures
 import contextlib
 import datetime
@@ -42,6 +43,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -457,6 +459,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "corpus.jsonl").unlink(missing_ok=True)  # this gate's rows only
     scratch = Path(tempfile.mkdtemp(prefix="krung-gate-"))
+    atexit.register(shutil.rmtree, scratch, True)  # its stores: what came back is in --out
     started = time.monotonic()
     versions = corpus(args.runs // 2) if "corpus" in parts and args.rest is None else []
     # a rest's runs as they were left; a gate's, cold and warm in turn

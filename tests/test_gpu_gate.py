@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
 import subprocess
 import sys
@@ -230,10 +231,13 @@ def test_corpus_runs_the_clock_left_are_not_finished_and_the_rest_runs_them(tmp_
 
     rest = tmp_path / "gate-rest.txt"
     out = tmp_path / "out"
+    temp = tmp_path / "temp"  # the gate's, its runs' and their workers' temp folder
+    temp.mkdir()
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_gate.py"), "--rest",
                            str(rest), "--device", "cpu", "--limit", "120", "--out", str(out),
                            "--record", str(record)], capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, env={**os.environ, "TMPDIR": str(temp)})
     line = "gpu gate rest: 1 passed, 0 failed, 0 not finished, 0 krung crashes"
     assert done.returncode == 0 and done.stdout.rstrip().endswith(line), done.stdout
     assert not (out / "gate-rest.txt").exists()
+    assert not list(temp.glob("krung-gate-*")) and not list(temp.glob("krung-worker-*"))

@@ -150,8 +150,9 @@ READS = """
 
 def private_mounts_work() -> bool:
     """Whether a process here can enter a mount namespace of its own and mount in it."""
-    probe = ("from krung.worker.guard import private_mounts, hide; import tempfile, sys; "
-             "sys.exit(private_mounts() is not None or not hide([tempfile.mkdtemp()], []))")
+    probe = ("from krung.worker.guard import private_mounts, hide; import tempfile, sys\n"
+             "with tempfile.TemporaryDirectory() as folder:\n"
+             "    sys.exit(private_mounts() is not None or not hide([folder], []))")
     return subprocess.run([sys.executable, "-c", probe]).returncode == 0
 
 

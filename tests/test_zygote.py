@@ -11,7 +11,7 @@ import textwrap
 from tests.conftest import REPO
 
 SCRIPT = """
-import os, signal, sys, tempfile, time
+import os, signal, sys, time
 from pathlib import Path
 from krung.worker import zygote
 from krung.judge.candidate import Candidate
@@ -24,7 +24,7 @@ print("unused exited", os.waitstatus_to_exitcode(status))
 dead = zygote.fork(preload=())
 os.kill(dead.pid, signal.SIGKILL)
 time.sleep(0.2)
-run_dir = Path(tempfile.mkdtemp())
+run_dir = Path(sys.argv[1])
 candidate = Candidate("cpu", run_dir, Path("version.py"))
 candidate.start(zygote=dead)
 print("started as", type(candidate.process).__name__)
@@ -33,8 +33,8 @@ candidate.close()
 """
 
 
-def test_a_zygote_left_unused_exits_and_a_dead_one_makes_the_judge_start_its_worker():
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], cwd=REPO,
+def test_a_zygote_left_unused_exits_and_a_dead_one_makes_the_judge_start_its_worker(tmp_path):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["unused exited 0", "started as Popen",

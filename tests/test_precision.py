@@ -38,8 +38,12 @@ def test_the_reference_and_the_version_run_with_cudnns_tf32_off(krung, tmp_path,
 ''', REFERENCE.replace("OFFSET", offset))
     problem = write(tmp_path / "tf32" / "problem.py", source).parent
     version = write(tmp_path / "v" / "float32.py", VERSION.replace("OFFSET", offset))
-    result = krung("run", problem, version, "--rungs", "static,compile,run,correctness",
-                   "--json", env={"KRUNG_SERVICE": service})
+    try:
+        result = krung("run", problem, version, "--rungs", "static,compile,run,correctness",
+                       "--json", env={"KRUNG_SERVICE": service})
+    finally:  # the service `run` started waits 15 idle minutes for the next run otherwise
+        if service == "on":
+            assert krung("service", "stop").code == 0
     assert result.code == 0, result.stdout + result.stderr
     rungs = {r["name"]: r["status"] for r in result.json()["rungs"]}
     assert rungs["correctness"] == "ok", rungs

@@ -4,8 +4,10 @@ precision plus krung's metrics, and krung's whole ladder over it."""
 
 from __future__ import annotations
 
+import random
 import re
 import sys
+import time
 
 import pytest
 import torch
@@ -231,12 +233,11 @@ def test_a_reference_drawing_random_numbers_skips_the_determinism_check(krung, t
 
 
 def test_scale_runs_a_problem_at_smaller_sizes_under_its_own_name(krung, tmp_path):
-    """KRUNG_SCALE (the CLI's --scale) scales the module-level size constants, the derived
-    ones with them, and names the problem so its runs keep their own history."""
+    """--scale (KRUNG_SCALE) scales the module-level size constants, the derived ones with
+    them, and names the problem so its runs keep their own history."""
     problem = KERNELBENCH / "5_CrossEntropy.py"
     baseline = honest(problem, tmp_path)
-    result = krung("run", problem, baseline, "--rungs", CHECKS, "--json",
-                   env={"KRUNG_SCALE": "0.25"})
+    result = krung("run", problem, baseline, "--rungs", CHECKS, "--json", "--scale", "0.25")
     assert result.code == 0, result.stdout + result.stderr
     run = result.json()
     assert run["problem"] == "5_CrossEntropy@scale0.25"
@@ -251,6 +252,69 @@ def test_scale_runs_a_problem_at_smaller_sizes_under_its_own_name(krung, tmp_pat
     assert [e["run_id"] for e in scaled] == [run["run_id"]]
     bad = krung("run", problem, baseline, env={"KRUNG_SCALE": "2"})
     assert bad.code == 2 and "the scale makes a problem smaller" in bad.stderr
+    bad = krung("run", problem, baseline, "--scale", "1.5")
+    assert bad.code == 2 and "--scale" in bad.stderr, bad.stderr
+
+
+WIDE_ROWS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+batch_size = {rows}
+dim = {cols}
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_problem_past_this_machines_memory_is_refused_on_a_cpu_with_the_scale_to_use(
+        krung, tmp_path):
+    """Declared for a GPU, the inputs alone would fill this machine's memory: refused at
+    once, from their shapes (the meta device), with the scale that fits; scaled, it runs."""
+    from krung.judge.problem.cpu_fit import available_bytes
+
+    elements = available_bytes() // 4 * random.randint(2, 3)  # float32, in and out
+    rows = 1024 * random.randint(1, 4)
+    problem = write(tmp_path / "wide" / "9_WideSoftmax.py",
+                    WIDE_ROWS.format(rows=rows, cols=elements // rows))
+    baseline = honest(problem, tmp_path)
+    started = time.monotonic()
+    refused = krung("run", problem, baseline, "--rungs", CHECKS, "--format", "agent")
+    assert refused.code == 2, refused.stdout + refused.stderr
+    assert time.monotonic() - started < 60
+    assert "would run out of memory" in refused.stderr, refused.stderr
+    assert "--scale 0.01" in refused.stderr, refused.stderr
+
+
+def test_a_first_case_too_big_for_the_interpreter_is_called_at_its_smallest_form(
+        krung, tmp_path):
+    """On a CPU the compile and run rungs call the first test case as small as the block it
+    sets allows, where its declared size would keep the interpreter for minutes: named as
+    shrunk, as the correctness rung names its cases."""
+    rows, cols = 1024 * random.randint(2, 4), 8192 + 16 * random.randint(1, 100)
+    problem = write(tmp_path / "wide" / "8_Softmax.py", WIDE_ROWS.format(rows=rows, cols=cols))
+    result = krung("run", problem, honest(problem, tmp_path), "--rungs", CHECKS, "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    declared_case = f"batch_size={rows},dim={cols},dtype=float32"
+    first = rungs["compile"]["figures"]["first_case"]
+    called = re.match(r"batch_size=(\d+),dim=(\d+),dtype=float32 \(shrunk from (.*)\)$", first)
+    assert called and called[3] == declared_case, first
+    assert 16 <= int(called[1]) < rows and 4096 < int(called[2]) <= cols, first  # same block
+    assert rungs["run"]["figures"]["case"] == first
+    assert rungs["correctness"]["status"] == "ok"
 
 
 def test_scaling_keeps_the_model_buildable(tmp_path):

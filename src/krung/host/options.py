@@ -101,6 +101,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("precision", str | None, None,
            "fp32 (default), fp16 or bf16: casts the KernelBench problems' inputs and weights; "
            "their tolerance follows (1e-4 for fp32, 1e-2 for fp16 and bf16)."),
+    Option("scale", float | None, None,
+           "A factor in (0, 1] for the problem's sizes: 0.1 runs a KernelBench or GPU MODE "
+           "problem at a tenth of its sizes, for the CPU loop; the problem is named "
+           "NAME@scale0.1, with a history of its own.", setting="scale"),
     Option("forbid", str | None, None,
            "Python names the version must not use, comma-separated (torch.matmul,torch.mm), "
            "added to the problem's own policy (its `forbid`, or a krung.yml beside it: "
@@ -157,9 +161,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
 
 # What each front end takes, in the order its help lists them.
 POLICY = ("forbid", "forbid_ops", "require_own_kernel")
-RUN = ("rungs", "device", "seed", "timeout", "compile_timeout", "precision", *POLICY, "graded",
-       "parent",
-       "vs_compiled", "profile", "json_output", "output_format", "store")
+RUN = ("rungs", "device", "seed", "timeout", "compile_timeout", "precision", "scale", *POLICY,
+       "graded", "parent", "vs_compiled", "profile", "json_output", "output_format", "store")
 WATCH = ("rungs", "device", *POLICY, "max_runs", "store")
 EXECUTOR = ("executor", "workers", "gpus", "per_gpu", "address", "remote", "remote_python",
             "ssh_option")
@@ -167,7 +170,7 @@ BATCH = ("rungs", "device", *POLICY, *EXECUTOR, "json_output", "store")
 SUITE = ("solutions", "precision", "rungs", "device", *POLICY, *EXECUTOR, "json_output",
          "store")
 # What a `next:` command repeats of a `krung run` (rungs and store apart; the seed stays fresh)
-REPEATED = ("device", "timeout", "compile_timeout", "precision", *POLICY, "vs_compiled",
+REPEATED = ("device", "timeout", "compile_timeout", "precision", "scale", *POLICY, "vs_compiled",
             "output_format")
 EVALUATE_TOOL = ("rungs", "seed", "device", *POLICY, "parent", "vs_compiled")
 PROFILE_TOOL = ("seed", "device")

@@ -42,6 +42,7 @@ from krung.judge.candidate import (
 from krung.judge.ladder import RUNGS, Context, climb, derive_seed, rung_module
 from krung.judge.problem import Problem, load_problem
 from krung.judge.problem.behaviour import check_behaviour
+from krung.judge.problem.cpu_fit import check_fits
 from krung.judge.problem.policy import Policy
 from krung.judge.solution import read_copy
 from krung.protocol import messages
@@ -147,6 +148,8 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
             from krung.worker.timing import start_profiler
 
             start_profiler()
+        if device == "cpu":  # a GPU's sizes on a CPU: refused before they fill its memory
+            check_fits(Path(request.problem), settings.scale)
         problem = load_problem(Path(request.problem), request.precision, settings.scale,
                                Policy.of(settings), settings.inputs_on_device)
         settings = _capped(settings, problem)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from krung.judge.delegation import Delegation, source_names, traced_reference
 from krung.judge.ladder import Context
 from krung.judge.problem import case_label, case_size
-from krung.judge.problem.cpu_budget import FLOOR, CallCost, CpuBudget
+from krung.judge.problem.cpu_budget import FLOOR, CallCost, CostModel, CpuBudget, shrink
 from krung.judge.problem.unseen import narrowed, unseen_pairs
 from krung.judge.problem.value_stress import STRESSES, Stress, meaningless, rounded_apart, stressed
 from krung.judge.rungs.spec import AGENT, HTML, TABLE, TABLES, Figure, RungSpec
@@ -305,6 +305,24 @@ def run(ctx: Context) -> dict[str, Any]:
         ctx.release_cache()
         raise _mismatch(failures, rows, figures, _nondeterminism(ctx, failures))
     return figures
+
+
+def first_case(ctx: Context) -> tuple[dict, str]:
+    """The case the compile and run rungs call, and its label: the first test case; on a CPU
+    with a check budget, the smallest form of it that keeps the block it sets where its
+    cost before any call is known (the prior's) is past the budget: a KernelBench case
+    declared at 4096x393216 kept the interpreter past the compile rung's 180 s, a version
+    told to look for an endless loop before any check ran. Correctness checks the case as
+    its budget allows, as ever."""
+    case = ctx.problem.test_cases[0]
+    if _budget(ctx) is None:
+        return case, case_label(case)
+    model = CostModel()
+    smaller = shrink(case, lambda c: model.predict(c) <= ctx.settings.cpu_check_budget_s,
+                     keep_block=True)
+    if smaller == case or unusable(ctx, smaller) is not None:
+        return case, case_label(case)
+    return smaller, f"{case_label(smaller)} (shrunk from {case_label(case)})"
 
 
 def _budget(ctx: Context) -> CpuBudget | None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from krung.judge.ladder import Context, RungSkipped
-from krung.judge.problem import case_label
+from krung.judge.rungs.correctness import first_case
 from krung.judge.rungs.spec import Figure, RungSpec
 from krung.protocol.errors import RungFailed
 
 SPEC = RungSpec(
     "run", order=30, needs=("compile",),
-    checks="the first test case runs as a checked call (docs/trust.md); output count, type "
+    checks="the first test case (on a CPU, as small as its block allows where it is too big for the interpreter) runs as a checked call (docs/trust.md); output count, type "
            "(a plain `torch.Tensor`), dtype, shape and device match the reference's; no "
            "NaN/Inf where the reference is finite",
     figures=(
@@ -29,8 +29,8 @@ def run(ctx: Context) -> dict[str, Any]:
         from krung.judge.rungs.compile.nvcc_only import NOT_RUN
 
         raise RungSkipped(NOT_RUN.format(arch=compiled.figures.get("arch")))
-    case = ctx.problem.test_cases[0]
-    what = f"case {case_label(case)}"
+    case, label = first_case(ctx)
+    what = f"case {label}"
     inputs = ctx.make_inputs(case, ctx.seed_for("run", 0))
     expected = ctx.expected(inputs)
     reply = ctx.checked_call(inputs, expected, what)
@@ -44,7 +44,7 @@ def run(ctx: Context) -> dict[str, Any]:
                              "look for reads of memory that was never written (masked loads "
                              "without `other`, padding lanes), divisions by zero, or overflow "
                              "in a narrow dtype")
-    return {"case": case_label(case), "outputs": len(expected), "call_ms": round(
+    return {"case": label, "outputs": len(expected), "call_ms": round(
         reply["call_s"] * 1e3, 3)}
 
 

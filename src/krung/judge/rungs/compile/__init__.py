@@ -19,6 +19,7 @@ from typing import Any
 from krung.judge import dsls
 from krung.judge.ladder import Context, RungSkipped, failure, poison_leaves
 from krung.judge.rungs.artifacts import SPEC as ARTIFACTS
+from krung.judge.rungs.correctness import first_case
 from krung.judge.rungs.spec import TABLE, Figure, RungSpec
 from krung.judge.solution import imported_modules
 from krung.protocol import messages
@@ -41,6 +42,9 @@ SPEC = RungSpec(
         Figure("import_s", "s", "the import of the version in the worker"),
         Figure("first_call_s", "s", "the first call, on the first test case: JIT compiles "
                "happen here"),
+        Figure("first_case", "", "the case of the first call where it is not the first test "
+               "case as declared: on a CPU, a case too big for the interpreter, shrunk", "text",
+               when="a CPU"),
         Figure("worker_start_s", "s", "the worker's own start (Python, torch, the DSL)"),
         Figure("worker_wait_s", "s", "what the judge still waited for the worker after "
                "loading the problem (the worker starts meanwhile)"),
@@ -118,7 +122,7 @@ def _first_call(ctx: Context) -> dict[str, Any]:
         ctx.candidate.facts["triton"] = reply["triton"]
     interpreted = ctx.device == "cpu" and bool(reply.get("triton"))
 
-    case = ctx.problem.test_cases[0]
+    case, label = first_case(ctx)
     inputs = ctx.make_inputs(case, ctx.seed_for("compile", 0))
     # output buffers among the inputs hold whatever the judge's allocator had: poison them
     sent = poison_leaves(inputs, ctx.problem.writable_leaves(inputs), NAN_BYTE)
@@ -132,6 +136,8 @@ def _first_call(ctx: Context) -> dict[str, Any]:
         "worker_start_s": facts.get("startup_s"), "worker_wait_s": round(waited_s, 3)}
     if interpreted:
         figures["mode"] = "triton-interpreter"
+    if case is not ctx.problem.test_cases[0]:
+        figures["first_case"] = label
     figures.update(_build_figures(loaded.get("builds", []), reply.get("builds", []),
                                   first_call_s))
     if not reply.get("ok"):

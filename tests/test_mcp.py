@@ -22,7 +22,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 import krung
-from tests.conftest import TAIL_BUG, write
+from tests.conftest import KERNELBENCH, TAIL_BUG, write
 
 TOOLS = {"list_problems", "describe_problem", "evaluate", "history", "show_run",
          "get_artifact", "diff_runs", "profile"}
@@ -69,7 +69,7 @@ def test_tools_are_listed_with_precise_schemas(store, tmp_path):
         evaluate = tools["evaluate"].input_schema
         assert evaluate["required"] == ["problem"]
         assert set(evaluate["properties"]) == {"problem", "version_path", "source", "name",
-                                               "rungs", "seed", "device", "parent",
+                                               "rungs", "seed", "device", "scale", "parent",
                                                "vs_compiled", "forbid", "forbid_ops",
                                                "require_own_kernel"}
         rungs = evaluate["properties"]["rungs"]["anyOf"]
@@ -438,3 +438,24 @@ def test_a_graded_session_sees_only_its_own_runs(store, tmp_path, scale_problem)
 
     assert [r["run_id"] for r in everything.structured_content["runs"]] == [run["run_id"]]
     assert not seeded.is_error and seeded.structured_content["seed"] == run["seed"]
+
+
+def test_evaluate_takes_a_scale_as_the_command_line_does(store, tmp_path):
+    """An agent on a CPU runs a KernelBench problem at a fraction of its sizes through MCP
+    too (a problem too big for the machine's memory is refused, naming this field)."""
+    problem = write(tmp_path / "kb" / "5_CrossEntropy.py",
+                    (KERNELBENCH / "5_CrossEntropy.py").read_text())
+    honest = problem.read_text() + "\n\nModelNew = Model\n"
+    krung.pin_problem(problem, store=store)  # graded, as the server is by default
+
+    async def body():
+        async with connect(store, tmp_path) as session:
+            done = await session.call_tool("evaluate", {
+                "problem": str(problem), "source": honest, "scale": 0.25,
+                "rungs": "static,compile,run,correctness"})
+            assert done.structured_content is not None, done.content
+            return done.structured_content
+
+    run = anyio.run(body)
+    assert run["ok"], run
+    assert run["problem"] == "5_CrossEntropy@scale0.25" and run["env"]["scale"] == 0.25

@@ -172,7 +172,7 @@ SUITE = ("solutions", "precision", "rungs", "device", *POLICY, *EXECUTOR, "json_
 # What a `next:` command repeats of a `krung run` (rungs and store apart; the seed stays fresh)
 REPEATED = ("device", "timeout", "compile_timeout", "precision", "scale", *POLICY, "vs_compiled",
             "output_format")
-EVALUATE_TOOL = ("rungs", "seed", "device", *POLICY, "parent", "vs_compiled")
+EVALUATE_TOOL = ("rungs", "seed", "device", "scale", *POLICY, "parent", "vs_compiled")
 PROFILE_TOOL = ("seed", "device")
 
 

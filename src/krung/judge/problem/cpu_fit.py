@@ -36,7 +36,8 @@ def check_fits(path: Path, scale: float) -> None:
         f"{path.name} at its declared sizes moves {size / 2**30:.1f} GiB (inputs, weights and "
         f"outputs); on a CPU the judge needs about {HEADROOM} times that, and this machine has "
         f"{free / 2**30:.1f} GiB available: it would run out of memory",
-        hint=f"run it at a smaller scale, `--scale {fitting:g}` (or KRUNG_SCALE={fitting:g}): "
+        hint=f"run it at a smaller scale, `--scale {fitting:g}` (MCP's evaluate: `scale`; "
+             f"or KRUNG_SCALE={fitting:g}): "
              f"its sizes times {fitting:g}, with a history of their own; or on a GPU")
 
 

@@ -4,8 +4,9 @@ KernelBench's problems are sized for a GPU: level 1's softmax takes a 6.4 GB inp
 CPU as declared, the judge held 21.5 GB (inputs, the reference's outputs, the copies sent to
 the worker) until the kernel's OOM killer took it, six minutes in, and the run ended as
 krung's failure, "run it again". So before any rung a CPU run at scale 1 is told its sizes
-(from shapes alone: krung.judge.problem.footprint) and, where they need more memory than the
-machine has free, refused at once with the scale to use.
+(from shapes alone, the outputs counted as large as the inputs: krung.judge.problem.footprint;
+the meta device's forward would add a second to every turn) and, where they need more memory
+than the machine has free, refused at once with the scale to use.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def check_fits(path: Path, scale: float) -> None:
 
     if scale != 1.0:
         return
-    size, free = declared_bytes(path), available_bytes()
+    size, free = declared_bytes(path, forward=False), available_bytes()
     if size is None or free is None or size * HEADROOM <= free:
         return
     fitting = next((s for s in SCALES if size * s * HEADROOM <= free), SCALES[-1])

@@ -31,15 +31,17 @@ DESCRIBE_S = 5.0  # one problem's import, get_inputs() and Model(...): a suite w
 FORWARD_S = 1.0  # a recurrent forward steps through its sequence op by op, even on meta
 
 
-def declared_bytes(path: Path) -> int | None:
+def declared_bytes(path: Path, forward: bool = True) -> int | None:
     """The inputs', the weights' and the outputs' bytes of a KernelBench problem as declared
-    (the outputs counted as the inputs where its forward cannot run on the meta device);
-    None for another format or a problem the meta device cannot describe."""
+    (the outputs counted as the inputs where its forward cannot run on the meta device, or
+    without `forward`, which spares the meta device's second of warming up); None for
+    another format or a problem the meta device cannot describe."""
     import torch
 
     if detect_format(path) != KERNELBENCH:
         return None
-    _warm_meta()
+    if forward:
+        _warm_meta()
     try:
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON lines
             with _at_most(DESCRIBE_S):
@@ -48,12 +50,13 @@ def declared_bytes(path: Path) -> int | None:
                     inputs = module.get_inputs()
                     model = module.Model(*module.get_init_inputs())
             weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-            read = tree.nbytes(inputs)
+            read = written = tree.nbytes(inputs)
             try:
-                with _at_most(FORWARD_S), torch.device("meta"), torch.no_grad():
-                    written = tree.nbytes(model(*inputs))
+                if forward:
+                    with _at_most(FORWARD_S), torch.device("meta"), torch.no_grad():
+                        written = tree.nbytes(model(*inputs))
             except Exception:  # an op without a meta kernel, or a slow one: as large as read
-                written = read
+                pass
     except Exception:  # TimeoutError included
         return None
     if any(t.device.type != "meta" for t in tree.leaves(inputs)):

@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -35,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from krung.judge import scratch as scratches
 from krung.protocol import build_cache, messages
 from krung.protocol.channel import Channel, ChannelClosed, TooLarge
 from krung.protocol.errors import RungFailed
@@ -187,7 +187,8 @@ def kill_all() -> None:
         if candidate.process is not None and candidate.process.returncode is None:
             end_tree(candidate.process.pid)
         if candidate.scratch is not None:
-            shutil.rmtree(candidate.scratch, ignore_errors=True)
+            scratches.remove(candidate.scratch, candidate._owner)
+            candidate._owner = None
 
 
 def _children(pid: int) -> list[int]:
@@ -365,6 +366,7 @@ class Candidate:
         # artifacts rung's, the DSLs' dumps): added to the `load` request's sandbox.
         self.writable: list[Path] = []
         self.scratch: Path | None = None  # its HOME, TMPDIR and working directory
+        self._owner: int | None = None  # the scratch's lock (krung.judge.scratch)
         self.cache = worker_cache()
         self.sandbox: dict[str, Any] | None = None  # what the worker said applied, once loaded
         self.cache_dirs: list[str] = []
@@ -380,7 +382,8 @@ class Candidate:
         # No MALLOC_PERTURB_ here: it made every allocation of the process a memset, the
         # channel's receive buffers too (a 128 MiB input took 27 s to arrive). The worker
         # poisons the allocations of the version's checked calls alone (guard.poisoned).
-        self.scratch = Path(tempfile.mkdtemp(prefix="krung-worker-"))
+        scratches.sweep_once()
+        self.scratch, self._owner = scratches.make()
         # Caches of its own where it will raise walls (then named by its version at load).
         env = {**worker_env(self.scratch, self.cache, shared=not self.cpu_only()),
                **self.extra_env}
@@ -641,7 +644,8 @@ class Candidate:
             self.process.wait(timeout=10)
         end_strays()
         if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            scratches.remove(self.scratch, self._owner)
+            self._owner = None
 
     def close(self) -> None:
         """End the worker. It keeps nothing worth a graceful exit, and killing it spares the

@@ -23,11 +23,16 @@ OWNER = ".krung-owner"  # locked while the judge that made the folder lives
 _swept = False
 
 
-def make(parent: Path | None = None) -> tuple[Path, int]:
+def make(parent: Path | None = None) -> tuple[Path, int | None]:
     """A new scratch folder, and the descriptor of its lock (held until `remove`)."""
     folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
     owner = os.open(folder / OWNER, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    fcntl.flock(owner, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # a file system without locks: no owner file, so no sweep takes it
+        os.unlink(folder / OWNER)
+        os.close(owner)
+        return folder, None
     return folder, owner
 
 

@@ -86,3 +86,39 @@ def test_known_errors_get_a_hint(tmp_path):
     facts = explain(ModuleNotFoundError("No module named 'cupy'"), path, "load")
     assert facts["kind"] == "load"
     assert "pip install cupy" in facts["hint"]
+
+
+LIBRARY_CALL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def swish(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=offs < n)
+"""
+
+
+def test_a_compile_error_inside_a_library_call_says_the_reason_not_its_position(tmp_path):
+    """tl.sigmoid on a half type fails in triton.language's own function: Triton's error at
+    the version's line wraps one whose text begins "at 2:20:"; the message is the reason."""
+    pytest.importorskip("triton")
+    import random
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    dtype = random.choice(["bf16", "fp16"])
+    path = write(tmp_path / "swish.py", LIBRARY_CALL)
+    source = ASTSource(fn=_import(path).swish,
+                       signature={"x_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "n": "i32",
+                                  "BLOCK": "constexpr"}, constexprs={"BLOCK": 256})
+    with pytest.raises(Exception) as info:
+        triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    facts = explain(info.value, path, "call")
+    assert facts["type"] == "CompilationError" and facts["location"] == f"{path}:9"
+    assert "Expected dtype" in facts["message"] and dtype in facts["message"], facts
+    assert "tl.sigmoid(x)" in facts["details"] and "def sigmoid" in facts["details"]

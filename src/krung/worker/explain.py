@@ -199,9 +199,7 @@ def _triton_compile_error(exc: BaseException, solution: Path) -> dict[str, Any]:
     """Triton reports lines relative to the @jit function; map them to the version's file."""
     src: str = getattr(exc, "src", None) or ""
     node = getattr(exc, "node", None)
-    message = (getattr(exc, "error_message", None) or "").strip()
-    if not message and exc.__cause__ is not None:
-        message = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+    message, inner = _compile_error_message(exc)
     relative = getattr(node, "lineno", None)
     location = None
     if src and relative:
@@ -213,9 +211,25 @@ def _triton_compile_error(exc: BaseException, solution: Path) -> dict[str, Any]:
         starts = [i + 1 for i, line in enumerate(lines) if line.strip() == def_line]
         if starts:
             location = f"{solution}:{starts[0] + relative - 1}"
+    details = "\n\n".join(str(e).strip() for e in [exc, *inner])
     return {"type": type(exc).__name__,
             "message": _first_line(message) or "Triton could not compile the kernel",
-            "location": location, "details": str(exc).strip()}
+            "location": location, "details": details}
+
+
+def _compile_error_message(exc: BaseException) -> tuple[str, list[BaseException]]:
+    """Triton's reason, and the compile errors it wraps: a kernel's error at a call into
+    triton.language (tl.sigmoid on bf16) wraps the callee's, whose own text is only
+    "at 2:20:"; the reason is the innermost one that says one, or the error it wraps."""
+    chain = [exc]
+    while ((cause := chain[-1].__cause__) is not None and cause not in chain
+           and type(cause).__name__.startswith("Compil")):
+        chain.append(cause)
+    said = [m for e in chain if (m := (getattr(e, "error_message", None) or "").strip())]
+    if said:
+        return said[-1], chain[1:]
+    cause = chain[-1].__cause__
+    return (f"{type(cause).__name__}: {cause}" if cause is not None else ""), chain[1:]
 
 
 def _excerpt(filename: str, lineno: int, col: int | None, end_col: int | None) -> str:

@@ -41,7 +41,7 @@ def test_triton_vector_add_gets_every_stage_for_sm90(store):
     assert figures["specialisations"] == len(rows) >= 2
     folder = store.parent / "runs" / run.run_id
     for row in rows:
-        assert row["specialisation"].startswith("BLOCK=1024_w4s3_")
+        assert row["specialisation"].startswith("BLOCK=1024_fp32_w4s3_")
         assert set(STAGES) - {"json"} <= set(row["files"]), row["files"]
         for name in row["files"].values():
             assert (folder / name).is_file() and (folder / name).stat().st_size > 0
@@ -236,7 +236,7 @@ def test_artifacts_and_diff_commands(krung, tmp_path, version):
     diff = krung("diff", ids[0], ids[1], "--kind", "sass", "--kind", "ptx")
     assert diff.code == 0, diff.stderr
     assert "-    add_kernel[(triton.cdiv(a.numel(), 1024),)]" in diff.stdout
-    assert "kernel add_kernel: BLOCK=1024_w4s3_" in diff.stdout
+    assert "kernel add_kernel: BLOCK=1024_fp32_w4s3_" in diff.stdout
     assert "threads_per_block 128 -> 32" in diff.stdout
     assert "--- a/add_kernel.sass" in diff.stdout and "--- a/add_kernel.ptx" in diff.stdout
 

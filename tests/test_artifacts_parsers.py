@@ -171,3 +171,20 @@ def test_a_constant_loaded_by_hfma2_mma_is_a_move_not_arithmetic(tmp_path):
     assert "hfma2" not in consts and "HFMA2" not in sass.highlights(consts)
     fma = sass.mix(_by_name(functions, "fma_k"))
     assert fma["ffma"] == 1 and "hfma2" not in fma and sass.highlights(fma).startswith("FFMA x1")
+
+
+def test_a_triton_specialisation_is_named_by_its_constexprs_pointer_types_and_options():
+    import random
+
+    from krung.worker.launches import specialisation_name
+
+    a, c = random.sample(["fp16", "bf16", "fp8e4nv", "fp32"], 2)
+    warps = random.choice([2, 4, 8])
+    spec = {"signature": {"a_ptr": f"*{a}", "b_ptr": f"*{a}", "c_ptr": f"*{c}", "n": "i32",
+                          "BLOCK": "constexpr"},
+            "constexprs": ["BLOCK"], "constants": {"BLOCK": 256}, "attrs": {},
+            "num_warps": warps, "num_stages": 3, "num_ctas": 1, "target": "cuda:90"}
+    name = specialisation_name(spec)
+    assert name.startswith(f"BLOCK=256_{a}-{c}_w{warps}s3_"), name
+    other = specialisation_name({**spec, "signature": {**spec["signature"], "n": "i64"}})
+    assert other != name and other.rsplit("_", 1)[0] == name.rsplit("_", 1)[0]

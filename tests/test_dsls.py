@@ -181,7 +181,7 @@ def test_autotune_is_done_before_timing_and_its_choice_recorded(store):
     largest = max(figures["autotune"], key=lambda t: t["key"]["n"])["config"]
     benched = [r["specialisation"] for r in figures["per_kernel"]
                if any(c.endswith("(bench)") for c in r["cases"])]
-    assert benched and all(s.startswith(f"BLOCK={largest['BLOCK']}_w{largest['num_warps']}s")
+    assert benched and all(s.startswith(f"BLOCK={largest['BLOCK']}_fp32_w{largest['num_warps']}s")
                            for s in benched), (benched, largest)
     summary = krung.agent_summary(run)
     assert f"autotuned add_kernel: {tuned['label']}" in summary

@@ -302,14 +302,17 @@ def specialisation(kernel: Any) -> dict[str, Any]:
 
 
 def specialisation_name(spec: dict[str, Any]) -> str:
-    """A file name a person recognises: the constexprs and launch options, then a short
-    hash of everything else (dtypes, alignment, integer classes) so no two collide."""
+    """A file name a person recognises: the constexprs, the pointers' element types and the
+    launch options, then a short hash of everything else (alignment, integer classes) so no
+    two collide: `BLOCK=1024_bf16_w4s3_0af984`."""
     declared = spec.get("constexprs") or []
     consts = ",".join(f"{k}={v}" for k, v in spec["constants"].items() if k in declared)
+    pointed = dict.fromkeys(t[1:] for t in spec["signature"].values() if t.startswith("*"))
     digest = hashlib.sha256(json.dumps({k: spec[k] for k in (
         "signature", "constants", "attrs", "num_warps", "num_stages", "num_ctas", "target")},
         sort_keys=True, default=str).encode()).hexdigest()[:6]
-    text = f"{consts[:120]}_w{spec['num_warps']}s{spec['num_stages']}_{digest}".lstrip("_")
+    text = "_".join(filter(None, [consts[:120], "-".join(pointed)[:60],
+                                  f"w{spec['num_warps']}s{spec['num_stages']}", digest]))
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "-", text)
 
 

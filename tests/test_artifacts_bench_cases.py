@@ -30,7 +30,7 @@ def test_cpu_artifacts_compile_the_softmax_bench_cases_kernels(krung):
     by_case = {case: row for row in rows for case in row["cases"]}
     # 4096 fp32 rows: BLOCK=4096 with 8 warps, a specialisation no test case launches
     bench = by_case["rows=4096,cols=4096,dtype=float32 (bench)"]
-    assert bench["specialisation"].startswith("BLOCK=4096_w8s3_"), bench
+    assert bench["specialisation"].startswith("BLOCK=4096_fp32_w8s3_"), bench
     assert bench["ran"] is False and bench["cases"] == ["rows=4096,cols=4096,dtype=float32 (bench)"]
     assert bench["registers"] > 0 and bench["threads_per_block"] == 256
     assert {"ptx", "cubin", "sass"} <= set(bench["files"])
@@ -39,7 +39,7 @@ def test_cpu_artifacts_compile_the_softmax_bench_cases_kernels(krung):
                  "rows=32768,cols=1000,dtype=bfloat16 (bench)"):
         assert by_case[case]["ran"] is False or "(test)" in " ".join(by_case[case]["cases"])
     assert by_case["rows=8192,cols=8192,dtype=float32 (bench)"]["specialisation"].startswith(
-        "BLOCK=8192_w16s3_")
+        "BLOCK=8192_fp32_w16s3_")
     # what the worker ran is attributed too: the run rung's case, by its shapes
     ran = [row for row in rows if row["ran"]]
     assert ran and all(row["launches"] >= 1 and row["cases"] for row in ran), ran
@@ -49,7 +49,7 @@ def test_cpu_artifacts_compile_the_softmax_bench_cases_kernels(krung):
     sass = krung("artifacts", run["run_id"], "--kind", "sass")
     assert sass.code == 0, sass.stderr
     section = sass.stdout.split(f"==> {bench['files']['sass']} <==")[1]
-    assert section.lstrip().startswith("// krung: softmax_kernel BLOCK=4096_w8s3_")
+    assert section.lstrip().startswith("// krung: softmax_kernel BLOCK=4096_fp32_w8s3_")
     assert "rows=4096,cols=4096,dtype=float32 (bench)" in section.split("Function")[0]
     assert "not run on this machine" in section.split("Function")[0]
     assert "LDG.E" in section

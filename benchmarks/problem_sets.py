@@ -667,9 +667,17 @@ CAUSES: list[tuple[str, str, str]] = [
     (r"pmpp_v2/vectorsum_py", r"SIZE MISMATCH",
      "the problem's: its reference returns a 0-d sum, the solution the data's (1,) buffer, "
      "and its own check compares shapes first"),
-    ("", r"NondeterministicReference",
+    (r"Dropout", r"NondeterministicReference",
      "the problem's: its reference is nondeterministic by design (it draws random numbers: "
      "dropout in training mode), so no version can match it element by element"),
+    ("", r"NondeterministicReference.*global random generator",
+     "the problem's: its reference draws from torch's random generator on every call, so no "
+     "version can match it element by element"),
+    ("", r"NondeterministicReference.*differs in (\d+)/(\d+) elements",
+     "krung's tolerance, not yet fixed: the reference's own two runs on the same inputs "
+     "differ in {0} of {1} elements (rounding, in a nondeterministic library algorithm), and "
+     "krung's tolerance is tighter than that spread on a few elements; no version can pass "
+     "such a case reliably"),
     ("", r"No module named '([\w.]+)'", "a package the problem needs is not installed: {0}"),
     ("", r"CUBLAS_STATUS_NOT_SUPPORTED",
      "the problem's data needs cuBLASLt's block-scaled FP4 matmul: a Blackwell GPU's"),
@@ -697,8 +705,9 @@ def cause(row: Row) -> str:
             return sentence.format(*found.groups())
     if OUT_OF_MEMORY.search(text):
         return ("out of GPU memory at the declared sizes, alone on the GPU" if ALONE in row.notes
-                else "out of GPU memory beside other problems: measured again alone at the end "
-                     "of the run, or on --resume")
+                else "out of GPU memory beside other processes (other problems' runs, or the "
+                     "krung service's idle judges, each with its CUDA context): measured again "
+                     "alone at the end of the run, or on --resume")
     if row.verdict == "timeout":
         return f"ran past its {row.wall_s:g} s"
     return ""

@@ -924,12 +924,19 @@ def main() -> None:
             return row
 
         # the rows an earlier run measured (--resume) are kept, the rest run in turns: the
-        # problems that need the whole GPU first, while it is empty (in their turn, the jobs
-        # behind that fit would pass them until the run's end)
-        waiting = sorted(to_run,
-                         key=lambda i: (_key(jobs[i]) in other_cards,
-                                        (jobs[i].family, jobs[i].problem) not in alone))
-        turns = Turns({i: jobs[i] for i in waiting}, shared_gpu(args, jobs, kept, alone))
+        # problems that ran out of GPU memory beside others first, one at a time, before the
+        # service starts: its idle judges hold a CUDA context each beside a run (at least
+        # five pairs of 822 and 534 MiB beside level1/35_GroupNorm_'s, out of memory on an
+        # 80 GB H100 with no other job); in their turn, the jobs behind that fit would pass
+        # them until the run's end
+        waiting = sorted(to_run, key=lambda i: _key(jobs[i]) in other_cards)
+        first = [i for i in waiting if (jobs[i].family, jobs[i].problem) in alone]
+        if first:
+            print(f"{len(first)} jobs that ran out of GPU memory beside others before run "
+                  "first, one at a time, with no warm judges beside them", flush=True)
+            Turns({i: jobs[i] for i in first}, None).run(1, one)
+        turns = Turns({i: jobs[i] for i in waiting if i not in first},
+                      shared_gpu(args, jobs, kept, alone))
         with warm_judges(args, store):
             turns.run(max(1, args.jobs), one)
         if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone

@@ -291,6 +291,10 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     # the new job behind it in turn would otherwise start, and it wait until the run's end
     printed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("[")]
     assert printed == [f"level1/{names[1]}", f"level1/{names[2]}"], done.stdout
+    # before the service starts: its idle judges hold a CUDA context each beside a run
+    assert done.stdout.index("1 jobs that ran out of GPU memory beside others before run "
+                             "first, one at a time, with no warm judges") \
+        < done.stdout.index(f"level1/{names[1]}")
     assert rows[f"level1/{names[1]}"]["notes"].startswith(sets.ALONE)
     assert sets.ALONE not in rows[f"level1/{names[2]}"]["notes"]
     assert rows[f"level1/{names[2]}"]["verdict"] == "passed"

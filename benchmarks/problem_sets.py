@@ -931,12 +931,12 @@ def main() -> None:
         # them until the run's end
         waiting = sorted(to_run, key=lambda i: _key(jobs[i]) in other_cards)
         first = [i for i in waiting if (jobs[i].family, jobs[i].problem) in alone]
+        shared = shared_gpu(args, jobs, kept, alone)
         if first:
             print(f"{len(first)} jobs that ran out of GPU memory beside others before run "
                   "first, one at a time, with no warm judges beside them", flush=True)
             Turns({i: jobs[i] for i in first}, None).run(1, one)
-        turns = Turns({i: jobs[i] for i in waiting if i not in first},
-                      shared_gpu(args, jobs, kept, alone))
+        turns = Turns({i: jobs[i] for i in waiting if i not in first}, shared)
         with warm_judges(args, store):
             turns.run(max(1, args.jobs), one)
         if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone

@@ -274,7 +274,7 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     out = tmp_path / "out.json"
     out.write_text(json.dumps([measured_row, out_of_memory]))
     command, env = resumed_run(out, "--jobs", "2")
-    later = subprocess.run([*command, "--stop-after", "0.001"], capture_output=True,
+    later = subprocess.run([*command, "--stop-after", "0.000001"], capture_output=True,
                            text=True, timeout=60, env=env, cwd=tmp_path)
     assert ("2 jobs at once share GPU 0's 81559 MiB: needs measured for 1 problems, declared "
             "for 0, the whole GPU for 1 (out of memory beside others before) and 0 (slow: "

@@ -32,7 +32,9 @@ keeps what `krung run --json` printed then: the rungs it finished, with their se
 step it was in (`rungs_s` holds every row's seconds per rung: where its time went). With
 `--jobs N` on a GPU whose memory nvidia-smi tells, a job starts only where its problem's device
 memory fits beside the jobs at work (krung.host.scale.gpu_memory, as krung's own suites share a
-GPU): at declared sizes, level 1's 6 GiB inputs run a GPU out of memory three at once. The
+GPU): at declared sizes, level 1's 6 GiB inputs run a GPU out of memory three at once. A
+job whose need is more than the GPU holds, or that ran out of memory beside others before, runs
+first, alone, before the service's warm judges hold their CUDA contexts beside it. The
 rungs are krung's default ladder (benchmark and artifacts included) unless `--rungs` names
 others. The runs take their judges warm from a krung service on the run's store
 (`--no-service`: each starts its own, as a first `krung run` does), and KernelBench's own check
@@ -328,6 +330,16 @@ def shared_gpu(args: argparse.Namespace, jobs: list[Job],
           f"{len(crowded)} (out of memory beside others before) and {len(slow)} (slow: "
           f"given more than {QUICK_S} s), 1/{args.jobs} of the GPU for the rest", flush=True)
     return GpuMemory(sizes, args.jobs, {**declared, **measured, **whole})
+
+
+def bigger_than_the_gpu(memory: GpuMemory | None, job: Job) -> bool:
+    """Whether a job's problem needs more than its GPU holds (measured by an earlier row, or
+    declared: eight times level1/45_Average_Pooling_2D's 16 GiB input): it runs alone
+    whatever its turn. Not a slow GPU MODE problem, which is given the whole GPU for its
+    time, not its memory, and runs in its turn."""
+    if memory is None or job.declared_s > QUICK_S:
+        return False
+    return any(memory.need(gpu, str(job.path)) > total for gpu, total in memory.total.items())
 
 
 def first_gpu() -> str:
@@ -907,6 +919,8 @@ def main() -> None:
             row = run_job(job, args, store)
             if (job.family, job.problem) in alone:
                 alone_why = "out of GPU memory beside others before"
+            elif index in bigger:
+                alone_why = "its need is more than the GPU holds beside others"
             if alone_why:  # in the row before it is written
                 row.notes = "; ".join(filter(None, [f"{ALONE} ({alone_why})", row.notes]))
             if (job.family == "kernelbench" and job.version == "baseline"
@@ -924,19 +938,22 @@ def main() -> None:
             return row
 
         # the rows an earlier run measured (--resume) are kept, the rest run in turns: the
-        # problems that ran out of GPU memory beside others first, one at a time, before the
-        # service starts: its idle judges hold a CUDA context each beside a run (at least
-        # five pairs of 822 and 534 MiB beside level1/35_GroupNorm_'s, out of memory on an
-        # 80 GB H100 with no other job); in their turn, the jobs behind that fit would pass
-        # them until the run's end
+        # problems that ran out of GPU memory beside others, or need more than the GPU holds,
+        # first, one at a time, before the service starts: its idle judges hold a CUDA
+        # context each beside a run (at least five pairs of 822 and 534 MiB beside
+        # level1/35_GroupNorm_'s, out of memory on an 80 GB H100 with no other job); in
+        # their turn, the jobs behind that fit would pass them until the run's end
         waiting = sorted(to_run, key=lambda i: _key(jobs[i]) in other_cards)
-        first = [i for i in waiting if (jobs[i].family, jobs[i].problem) in alone]
         shared = shared_gpu(args, jobs, kept, alone)
-        if first:
-            print(f"{len(first)} jobs that ran out of GPU memory beside others before run "
-                  "first, one at a time, with no warm judges beside them", flush=True)
-            Turns({i: jobs[i] for i in first}, None).run(1, one)
-        turns = Turns({i: jobs[i] for i in waiting if i not in first}, shared)
+        crowded = [i for i in waiting if (jobs[i].family, jobs[i].problem) in alone]
+        bigger = [i for i in waiting if i not in crowded and bigger_than_the_gpu(shared, jobs[i])]
+        if crowded or bigger:
+            print(f"{len(crowded) + len(bigger)} jobs run first, one at a time, with no warm "
+                  f"judges beside them: {len(crowded)} that ran out of GPU memory beside "
+                  f"others before, {len(bigger)} whose need is more than the GPU holds",
+                  flush=True)
+            Turns({i: jobs[i] for i in crowded + bigger}, None).run(1, one)
+        turns = Turns({i: jobs[i] for i in waiting if i not in crowded + bigger}, shared)
         with warm_judges(args, store):
             turns.run(max(1, args.jobs), one)
         if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone

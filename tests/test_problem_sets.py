@@ -292,8 +292,9 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     printed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("[")]
     assert printed == [f"level1/{names[1]}", f"level1/{names[2]}"], done.stdout
     # before the service starts: its idle judges hold a CUDA context each beside a run
-    assert done.stdout.index("1 jobs that ran out of GPU memory beside others before run "
-                             "first, one at a time, with no warm judges") \
+    assert done.stdout.index("1 jobs run first, one at a time, with no warm judges beside "
+                             "them: 1 that ran out of GPU memory beside others before, 0 whose "
+                             "need is more than the GPU holds") \
         < done.stdout.index(f"level1/{names[1]}")
     assert rows[f"level1/{names[1]}"]["notes"].startswith(sets.ALONE)
     assert sets.ALONE not in rows[f"level1/{names[2]}"]["notes"]
@@ -305,6 +306,39 @@ def test_a_resumed_run_shares_the_gpu_by_what_the_earlier_run_measured(gpu, tmp_
     rows = {row["problem"]: row for row in json.loads(out.read_text())}
     assert rows[f"level1/{names[0]}"]["run_id"] and rows[f"level1/{names[0]}"] != measured_row
     assert rows[f"level1/{names[1]}"] == done_rows[f"level1/{names[1]}"]  # kept this time
+
+
+def test_a_job_whose_need_is_more_than_the_gpu_holds_runs_first_alone(gpu, tmp_path):
+    """A problem an earlier row measured at more than the GPU holds: its job not run yet
+    (here its wrong version) runs first, alone, before the others' turns and the service
+    (whose idle judges hold a CUDA context each), and its row says why."""
+    names = sorted(random.sample(["1_ReLU", "2_RowSoftmax", "3_Linear", "4_LayerNorm"], 2))
+    big = random.randrange(2)
+    level1_sets(tmp_path, names)
+    kept = [asdict(sets.Row("kernelbench", f"level1/{name}", "baseline", sets.PASS, ok=True,
+                            verdict="passed", judge_gpu_mib=random.uniform(0.1, 0.2) * USABLE,
+                            worker_gpu_mib=random.uniform(0.05, 0.1) * USABLE))
+            for name in names]
+    kept[big].update(judge_gpu_mib=random.uniform(0.6, 0.9) * USABLE,
+                     worker_gpu_mib=random.uniform(0.5, 0.6) * USABLE)
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps(kept))
+    command, env = resumed_run(out, "--jobs", "2", "--wrong", "1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = ("1 jobs run first, one at a time, with no warm judges beside them: 0 that ran out "
+            "of GPU memory beside others before, 1 whose need is more than the GPU holds")
+    assert said in done.stdout, done.stdout
+    printed = [line.split()[1:3] for line in done.stdout.splitlines() if line.startswith("[")]
+    assert printed == [[f"level1/{names[big]}", "wrong:"], [f"level1/{names[1 - big]}",
+                                                              "wrong:"]], done.stdout
+    assert done.stdout.index(said) < done.stdout.index(f"level1/{names[big]} wrong")
+    rows = {(row["problem"], row["version"]): row for row in json.loads(out.read_text())}
+    assert rows[(f"level1/{names[big]}", "wrong")]["notes"].startswith(
+        f"{sets.ALONE} (its need is more than the GPU holds")
+    assert sets.ALONE not in rows[(f"level1/{names[1 - big]}", "wrong")]["notes"]
+    assert rows[(f"level1/{names[big]}", "baseline")] == kept[big]  # kept, not run again
 
 
 def test_a_run_cut_short_keeps_every_row_it_did_not_measure_again(tmp_path):

@@ -350,6 +350,23 @@ def test_the_mismatch_pattern_names_the_bug_it_looks_like(rng, spoil, says):
     assert _pattern_of((7, 1000), spoil, rng).startswith(says)
 
 
+@pytest.mark.parametrize("spoil, says", [
+    (lambda o: o[5::3].add_(1), "every 3th index of dim 0, from 5: a stride"),
+    (lambda o: o[-1000:].add_(1), "only the last 1000 of 3000000 indices of dim 0: the tail"),
+    (lambda o: o[:4096].add_(1), "only the first 4096 of 3000000 indices of dim 0"),
+])
+def test_a_long_flat_output_with_millions_of_mismatches_has_its_pattern(rng, spoil, says):
+    # a bench case's prefix sum in float32 against a float64 reference: the hits lie in one
+    # dimension, where the pattern used to be worked out in a Python list of every index
+    assert _pattern_of((3_000_000,), spoil, rng).startswith(says)
+
+
+def test_a_flat_output_wrong_almost_everywhere_has_no_pattern(rng):
+    def noise(out):
+        out.add_(torch.randn(out.shape, generator=rng) * 1e-2)
+    assert _pattern_of((3_000_000,), noise, rng) is None
+
+
 def test_scattered_mismatches_have_no_pattern(rng):
     def scatter(out):
         out[torch.randperm(64, generator=rng)[:5], torch.randperm(1000, generator=rng)[:5]] += 1

@@ -14,7 +14,6 @@ agree with a whole-tensor sum to rounding); maxima, counts and locations are exa
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -111,27 +110,32 @@ class Region:
 
     def pattern(self) -> str | None:
         """What the positions suggest, where they have a shape a bug leaves behind: one
-        element, the tail of a dimension, its first block, one index, a regular stride."""
+        element, the tail of a dimension, its first block, one index, a regular stride.
+        Worked out with tensor operations where the hits lie: a dimension of 268M hits went
+        through a Python list in 28 s and 10 GB of the judge's memory."""
         if self.count == 1:
             return (f"a single element, at {tuple(self.first_index())}: an off-by-one at a "
                     "boundary (a mask, a loop bound, the last block)")
         for dim in reversed(range(len(self.shape))):
             size = self.shape[dim]
-            where = self.hit[dim].nonzero().reshape(-1).tolist()
-            if size < 2 or not where or len(where) == size:
+            where = self.hit[dim].nonzero().reshape(-1)
+            hits = where.numel()
+            if size < 2 or not hits or hits == size:
                 continue
-            low, high = where[0], where[-1]
-            if high == size - 1 and len(where) == size - low:
+            low, high = int(where[0]), int(where[-1])
+            if high == size - 1 and hits == size - low:
                 return (f"only the last {size - low} of {size} indices of dim {dim}: the tail "
                         "past the last full block; look at the mask or the loop bound")
             if low == high:
                 return (f"only index {low} of {size} of dim {dim} (one row or column): look "
                         "at how that index is computed")
-            gaps = {b - a for a, b in itertools.pairwise(where)}
-            if len(where) >= 3 and len(gaps) == 1 and gaps != {1}:
-                return (f"every {gaps.pop()}th index of dim {dim}, from {low}: a stride or a "
-                        "block offset")
-            if low == 0 and len(where) == high + 1:
+            if hits >= 3:
+                gaps = where.diff()
+                gap = int(gaps[0])
+                if gap != 1 and bool((gaps == gap).all()):
+                    return (f"every {gap}th index of dim {dim}, from {low}: a stride or a "
+                            "block offset")
+            if low == 0 and hits == high + 1:
                 return (f"only the first {high + 1} of {size} indices of dim {dim}: the first "
                         "block; look at its start offset")
         return None

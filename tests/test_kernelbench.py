@@ -219,6 +219,41 @@ def test_a_reference_that_disagrees_with_itself_is_named_nondeterministic(krung,
     assert rungs["determinism"]["status"] == "skipped"
 
 
+def test_a_reference_apart_from_itself_by_rounding_holds_versions_to_that_spread(krung,
+                                                                                 tmp_path):
+    """As level-2 93_ConvTranspose2d_Add_Min_GELU_Multiply on a GPU (cuDNN adds in an order
+    that varies): the reference's two runs differ by a few ulps of its largest output, more
+    than krung's RMS-scaled atol. The honest baseline passes, held to the reference's own
+    spread; a version wrong in one element still fails, as a Mismatch (it was refused as
+    NondeterministicReference, whatever the version, and the baseline with it)."""
+    problem = KERNELBENCH / "9_RoundingSpread.py"
+    result = krung("run", problem, honest(problem, tmp_path), "--rungs",
+                   CHECKS + ",determinism,benchmark", "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    rungs = {r["name"]: r for r in result.json()["rungs"]}
+    assert rungs["benchmark"]["status"] == "ok"  # its timed outputs held to the same spread
+    [spread] = rungs["correctness"]["figures"]["reference_spread"]
+    assert 0 < spread <= 64 * torch.finfo(torch.float32).eps
+    assert rungs["determinism"]["status"] == "skipped"
+    assert "nondeterministic by rounding" in rungs["determinism"]["reason"]
+    row, column = random.randrange(64), random.randrange(4096)
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(problem.read_text() + f"""
+
+class ModelNew(Model):
+    def forward(self, ones, small):
+        out = super().forward(ones, small)
+        out[{row} % out.shape[0], {column} % out.shape[1]] += 1.0
+        return out
+""")
+    failed = krung("run", problem, wrong, "--rungs", CHECKS, "--json")
+    assert failed.code == 1, failed.stdout + failed.stderr
+    correctness = failed.json()["rungs"][3]
+    assert correctness["error_type"] == "Mismatch", correctness
+    assert "the reference's own spread by rounding" in correctness["error"]
+    assert re.search(r"\b1/\d+ elements outside", correctness["error"])  # not the rounding
+
+
 def test_a_reference_drawing_random_numbers_skips_the_determinism_check(krung, tmp_path):
     """As level-3 35_LSTM: forward draws its initial state with torch.randn. Its outputs may
     agree bit for bit, but a version that draws too need not be reproducible: determinism is

@@ -39,7 +39,7 @@ def test_problems_and_solutions_are_matched_by_name(tmp_path):
     assert [(p.name, s.name) for p, s in pairs] == [("1_ReLU.py", "1_ReLU.py"),
                                                    ("4_LayerNorm.py", "4_LayerNorm.py")]
     assert without_solution == ["2_RowSoftmax", "3_Linear", "5_CrossEntropy", "6_MatmulDropout",
-                                "7_PairedRows", "8_RandomState"]
+                                "7_PairedRows", "8_RandomState", "9_RoundingSpread"]
     assert without_problem == ["99_Nothing"]
 
 

@@ -178,6 +178,9 @@ class Context:
     # the store belongs to the caller, so a calibration made here is sent there.
     calibrations: list[dict[str, Any]] = field(default_factory=list)
     save_calibration: Callable[[dict[str, Any]], None] = lambda entry: None
+    # Per output, the reference's own spread by rounding once a failing call showed it
+    # (krung.judge.spread): every later judgement allows it. [] once looked and none seen.
+    reference_spread: list[float] | None = None
 
     def seed_for(self, purpose: str, *parts: Any) -> int:
         """A case seed derived from the evaluation's secret seed: fresh for every run."""

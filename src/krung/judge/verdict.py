@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from krung.judge import tolerance
 from krung.judge.metrics import Comparison, compare
+from krung.judge.spread import allowance
 from krung.protocol import tree
 
 if TYPE_CHECKING:
@@ -37,9 +38,13 @@ class Verdict:
 
 
 def judge_outputs(problem: Problem, inputs: tuple, outputs: list, expected: list,
-                  returned_tuple: bool, device: str) -> Verdict:
-    comparisons = [_compare(out, ref, problem) for out, ref in zip(outputs, expected,
-                                                                  strict=True)]
+                  returned_tuple: bool, device: str,
+                  spread: list[float] | None = None) -> Verdict:
+    """`spread`: per output, the reference's own spread by rounding, where it was seen
+    (krung.judge.spread); each output's atol grows by it."""
+    spreads = spread or [0.0] * len(expected)
+    comparisons = [_compare(out, ref, problem, allowance(ref, s))
+                   for out, ref, s in zip(outputs, expected, spreads, strict=True)]
     for index, result in enumerate(comparisons):
         decisive = not result.passed if problem.tolerance_decides else result.figures.get(
             "nonfinite", 0) > 0
@@ -69,13 +74,13 @@ def _out_of_memory(exc: Exception) -> bool:
     return isinstance(exc, torch.cuda.OutOfMemoryError)
 
 
-def _compare(out: Any, ref: Any, problem: Problem) -> Comparison:
+def _compare(out: Any, ref: Any, problem: Problem, spread_atol: float) -> Comparison:
     """krung's metrics for one output; an output of another shape (which only a problem
     whose own check decides may return) has none, and the check judges it."""
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, {"elements": ref.numel()},
                           f"shape {tuple(out.shape)}, the reference's {tuple(ref.shape)}")
-    return compare(out, ref, tolerance.resolve(_dtype(ref), problem.tolerance))
+    return compare(out, ref, tolerance.resolve(_dtype(ref), problem.tolerance), spread_atol)
 
 
 def _dtype(tensor: Any) -> str:

@@ -57,7 +57,9 @@ def run(ctx: Context) -> dict[str, Any]:
     inputs = ctx.make_inputs(case, ctx.seed_for("determinism"))
     expected, why = reference_nondeterminism(ctx, inputs)
     if why:  # then a version need not be reproducible either
-        raise RungSkipped(f"the reference itself is nondeterministic by design (case {label}): "
+        how = ("by rounding (a nondeterministic library algorithm)"
+               if ctx.reference_spread else "by design")
+        raise RungSkipped(f"the reference itself is nondeterministic {how} (case {label}): "
                           f"{why}")
     first = ctx.checked_call(inputs, expected, f"case {label}, first run",
                              poison_byte=NAN_BYTE)["outputs"]

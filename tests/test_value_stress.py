@@ -7,6 +7,7 @@ versions of the same problems that pass."""
 from __future__ import annotations
 
 import json
+import random
 import textwrap
 
 import pytest
@@ -368,3 +369,29 @@ def _correctness_figures(result) -> dict:
     """A run that passed: its correctness rung's figures."""
     assert result.code == 0, result.stdout[-3000:] + result.stderr
     return next(r for r in result.json()["rungs"] if r["name"] == "correctness")["figures"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rounded_apart_moves_each_value_a_few_ulps_up_or_down_piece_by_piece(dtype):
+    """Every value moved by ROUNDING_ULPS units of float32 (of float64 for float64), up and
+    down both, the same for one seed; worked out in pieces (a 5M-element input spans two),
+    the output buffers and a transposed input's layout kept."""
+    from krung.judge.problem.value_stress import ROUNDING_ULPS
+
+    generator = torch.Generator().manual_seed(random.randrange(2**31))
+    x = (torch.rand(5_000_003, generator=generator, dtype=torch.float64) + 1).to(dtype)
+    buffer = torch.randn(3, 4, generator=generator)
+    t = torch.randn(64, 48, generator=generator).t()
+    seed = random.randrange(2**31)
+    moved, kept, turned = rounded_apart((x, buffer, t), {1}, seed)
+    assert kept is buffer and turned.stride() == t.stride()
+    assert torch.equal(moved, rounded_apart((x, buffer, t), {1}, seed)[0])
+    unit = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+    ratio = moved.double() / x.double() - 1
+    if dtype == torch.bfloat16:  # rounds back to the same values
+        assert torch.equal(moved, x)
+    else:
+        steps = ratio / (ROUNDING_ULPS * unit)
+        assert float((steps.abs() - 1).abs().max()) < 0.3
+        assert 0.45 < float((steps > 0).double().mean()) < 0.55
+    assert not torch.equal(turned, t)

@@ -26,20 +26,38 @@ from krung.judge.metrics import paired, piece_size, pieces
 
 if TYPE_CHECKING:
     from krung.judge.ladder import Context
+    from krung.judge.metrics import Comparison
+    from krung.judge.verdict import Verdict
 
 ROUNDING_ULPS = 64
 MARGIN = 2.0
 
 
-def spread_seen(ctx: Context, inputs: tuple, expected: list) -> bool:
+def spread_seen(ctx: Context, inputs: tuple, expected: list, verdict: Verdict) -> bool:
     """Whether a failing call's reference, run again on its inputs, disagrees with itself by
     rounding only, seen for the first time: then ctx.reference_spread holds it, and every
-    judgement from now on allows it. Looked at once per evaluation (a reference run more per
-    failing case costs at GiB sizes), where krung's tolerance decides."""
+    judgement from now on allows it. Where krung's tolerance decides, once per evaluation,
+    and only where the call's errors could be such rounding: a reference run more holds
+    another copy of the outputs beside them, GiB at declared sizes, and a wrong version's
+    errors are far past it."""
     if ctx.reference_spread is not None or not ctx.problem.tolerance_decides:
+        return False
+    if not all(_within_rounding(c, ref) for c, ref in zip(verdict.comparisons, expected,
+                                                            strict=True) if not c.passed):
         return False
     ctx.reference_spread = rounding_spread(expected, ctx.expected(inputs)) or []
     return bool(ctx.reference_spread)
+
+
+def _within_rounding(comparison: Comparison, reference: torch.Tensor) -> bool:
+    """Whether a failing output's errors are no larger than the most a rounding spread
+    allows (MARGIN times ROUNDING_ULPS ulps of its largest magnitude), and all finite."""
+    error = comparison.figures.get("max_abs_err")
+    if not reference.is_floating_point() or comparison.figures.get("nonfinite") or \
+            not isinstance(error, float) or not math.isfinite(error):
+        return False
+    eps = torch.finfo(reference.dtype).eps
+    return error <= MARGIN * ROUNDING_ULPS * eps * largest_magnitude(reference)
 
 
 def rounding_spread(first: list, again: list) -> list[float] | None:

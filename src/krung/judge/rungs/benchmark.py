@@ -545,7 +545,7 @@ def _check_timed_outputs(ctx: Context, reply: dict[str, Any], sets: list, expect
         ctx.check_contract({"specs": specs, "tuple": reply["tuple"]}, want, what)
         verdict = judge_outputs(ctx.problem, inputs, outputs, want, reply["tuple"], ctx.device,
                                 ctx.reference_spread)
-        if not verdict.passed and spread_seen(ctx, inputs, want):  # correctness never failed
+        if not verdict.passed and spread_seen(ctx, inputs, want, verdict):  # correctness passed
             verdict = judge_outputs(ctx.problem, inputs, outputs, want, reply["tuple"],
                                     ctx.device, ctx.reference_spread)
         if not verdict.passed:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from krung.judge.problem import Problem
     from krung.judge.rungs.spec import RungSpec
     from krung.judge.solution import Solution
+    from krung.judge.verdict import Verdict
     from krung.protocol.settings import Settings
 
 PACKAGE = "krung.judge.rungs"
@@ -249,6 +250,21 @@ class Context:
         call, in the timed calls as in the checked ones."""
         check_outputs(reply, expected, self.device, what,
                       exact=not self.problem.check_decides_outputs)
+
+    def judge(self, inputs: tuple, outputs: list, expected: list,
+              returned_tuple: bool) -> Verdict:
+        """The verdict on one call's outputs (krung.judge.verdict), the same in every rung:
+        with the reference's own spread by rounding allowed, once a failing call showed it
+        (krung.judge.spread)."""
+        from krung.judge.spread import spread_seen
+        from krung.judge.verdict import judge_outputs
+
+        verdict = judge_outputs(self.problem, inputs, outputs, expected, returned_tuple,
+                                self.device, self.reference_spread)
+        if not verdict.passed and spread_seen(self, inputs, expected, verdict):
+            verdict = judge_outputs(self.problem, inputs, outputs, expected, returned_tuple,
+                                    self.device, self.reference_spread)
+        return verdict
 
     def checked_call(self, inputs: tuple, expected: list, what: str, *,
                      poison_byte: int = NAN_BYTE, trace: bool = False) -> messages.Called:

@@ -536,18 +536,11 @@ def input_set_count(set_bytes: int, l2_bytes: int, output_bytes: int = 0) -> int
 
 def _check_timed_outputs(ctx: Context, reply: dict[str, Any], sets: list, expected: list,
                          label: str) -> None:
-    from krung.judge.spread import spread_seen
-    from krung.judge.verdict import judge_outputs
-
     for set_index, (outputs, specs, inputs, want) in enumerate(
             zip(reply["outputs"], reply["specs"], sets, expected, strict=True)):
         what = f"the timed calls of bench case {label}, input set {set_index + 1}"
         ctx.check_contract({"specs": specs, "tuple": reply["tuple"]}, want, what)
-        verdict = judge_outputs(ctx.problem, inputs, outputs, want, reply["tuple"], ctx.device,
-                                ctx.reference_spread)
-        if not verdict.passed and spread_seen(ctx, inputs, want, verdict):  # correctness passed
-            verdict = judge_outputs(ctx.problem, inputs, outputs, want, reply["tuple"],
-                                    ctx.device, ctx.reference_spread)
+        verdict = ctx.judge(inputs, outputs, want, reply["tuple"])
         if not verdict.passed:
             comparison = verdict.comparison
             raise RungFailed(

@@ -179,9 +179,6 @@ SPEC = RungSpec(
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    from krung.judge.spread import spread_seen
-    from krung.judge.verdict import judge_outputs
-
     declared = ctx.problem.test_cases
     unseen, skipped, narrowings = _usable(ctx, unseen_pairs(declared, ctx.seed_for("unseen"),
                                                             ctx.problem.derive_case))
@@ -270,12 +267,7 @@ def run(ctx: Context) -> dict[str, Any]:
                     raise delegation.failure(label, delegation.figures(ctx.traces_ops))
             conduct.add(reply)
             row["seeds"] += 1
-            verdict = judge_outputs(ctx.problem, inputs, reply["outputs"], expected,
-                                    reply.get("tuple", False), ctx.device, ctx.reference_spread)
-            if not verdict.passed and spread_seen(ctx, inputs, expected, verdict):
-                verdict = judge_outputs(ctx.problem, inputs, reply["outputs"], expected,
-                                        reply.get("tuple", False), ctx.device,
-                                        ctx.reference_spread)
+            verdict = ctx.judge(inputs, reply["outputs"], expected, reply.get("tuple", False))
             for result in verdict.comparisons:
                 _merge(row, result.figures)
                 score = result.figures.get("max_abs_err", 0.0)

@@ -12,8 +12,9 @@ from krung.protocol.errors import RungFailed
 
 SPEC = RungSpec(
     "run", order=30, needs=("compile",),
-    checks="the first test case (on a CPU, as small as its block allows where it is too big for the interpreter) runs as a checked call (docs/trust.md); output count, type "
-           "(a plain `torch.Tensor`), dtype, shape and device match the reference's; no "
+    checks="the first test case (on a CPU, as small as its block allows where it is too "
+           "big for the interpreter) runs as a checked call (docs/trust.md); output count, "
+           "type (a plain `torch.Tensor`), dtype, shape and device match the reference's; no "
            "NaN/Inf where the reference is finite",
     figures=(
         Figure("case", "", "the test case that ran", "text"),

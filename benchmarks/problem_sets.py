@@ -904,8 +904,6 @@ def main() -> None:
         # every earlier row stays in --out until its job has run again: a run cut short (its
         # device call's end) loses none of them, nor what they tell the next run (`alone`)
         earlier_rows = {_key(row): row for row in earlier}
-        to_run = {i for i, job in enumerate(jobs)
-                  if _key(job) not in kept or _key(job) in other_cards}
         rows: list[Row | None] = [earlier_rows.get(_key(job)) for job in jobs]
         lock = threading.Lock()
         started = time.monotonic()
@@ -943,7 +941,7 @@ def main() -> None:
         # context each beside a run (at least five pairs of 822 and 534 MiB beside
         # level1/35_GroupNorm_'s, out of memory on an 80 GB H100 with no other job); in
         # their turn, the jobs behind that fit would pass them until the run's end
-        waiting = sorted(to_run, key=lambda i: _key(jobs[i]) in other_cards)
+        waiting = turn_order(jobs, kept, other_cards)
         shared = shared_gpu(args, jobs, kept, alone)
         crowded = [i for i in waiting if (jobs[i].family, jobs[i].problem) in alone]
         bigger = [i for i in waiting if i not in crowded and bigger_than_the_gpu(shared, jobs[i])]
@@ -969,6 +967,18 @@ def main() -> None:
     print(f"{met}/{len(finished)} met their expectation; results in {args.out}"
           + (f"; {len(left_out)} not started (--stop-after; --resume goes on)"
              if left_out else ""))
+
+
+def turn_order(jobs: list[Job], kept: dict[tuple[str, str, str], Row],
+               other_cards: set[tuple[str, str, str]]) -> list[int]:
+    """The indices of the jobs to run, in running order: those with no row kept, then those
+    whose kept rows are from other cards (--prefer-card). In running order, not a set's: a
+    set of indices past its table's size iterates out of order (stop 51's run started the
+    slow GPU MODE problems, each on an empty GPU, while level1/46_Average_Pooling_3D, ahead
+    of them, waited for one)."""
+    new = [i for i, job in enumerate(jobs) if _key(job) not in kept]
+    again = [i for i, job in enumerate(jobs) if _key(job) in other_cards]
+    return new + again
 
 
 def _key(item: Job | Row) -> tuple[str, str, str]:

@@ -607,3 +607,19 @@ def test_a_row_says_when_the_judges_cache_kept_memory_it_could_not_hand_back():
         row = sets.Row("kernelbench", "level1/1_p", "baseline", sets.PASS)
         sets._read_outcome(row, 0, json.dumps(run), "")
         assert (f"the judge's cache kept {kept:.0f} MiB free" in row.notes) == noted, row.notes
+
+
+def test_the_jobs_to_run_keep_the_running_order():
+    """Of hundreds of jobs (the sets have 359), those with no row kept run in the sets'
+    running order, then those whose kept rows are from other cards, in that order too: never
+    a set's order, which for indices past its table's size is not theirs."""
+    count = random.randint(200, 400)
+    jobs = [sets.Job("kernelbench", f"level1/{i}_p", Path(f"{i}_p.py"), "baseline", sets.PASS,
+                     Path(f"{i}_v.py")) for i in range(count)]
+    kept_at = set(random.sample(range(count), random.randint(20, count - 20)))
+    kept = {sets._key(jobs[i]): sets.Row("kernelbench", jobs[i].problem, "baseline", sets.PASS)
+            for i in kept_at}
+    again_at = set(random.sample(sorted(kept_at), random.randint(1, len(kept_at) - 1)))
+    order = sets.turn_order(jobs, kept, {sets._key(jobs[i]) for i in again_at})
+    new = sorted(set(range(count)) - kept_at)
+    assert order == new + sorted(again_at)

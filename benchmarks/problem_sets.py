@@ -4,8 +4,9 @@ failed, wall time, the judge's and the worker's peak memory, every failure expla
 
 Honest baselines: a KernelBench problem's own source with `ModelNew = Model`; a GPU MODE
 problem's reference.py with `custom_kernel = ref_kernel`, and the torch solutions its folder
-keeps (`solutions/correct/*.py`). Wrong versions: the same with the last element of the
-(first) output moved by |value| + 1, and GPU MODE's own `solutions/wrong/*.py`. For
+keeps (`solutions/correct/*.py`); not the GPU MODE folders for several GPUs (`multi_gpu:
+true`). Wrong versions: the same with the last element of the (first) output moved by
+|value| + 1, and GPU MODE's own `solutions/wrong/*.py`. For
 KernelBench, KernelBench's own check (the model and `ModelNew = Model` built from one seed,
 `torch.allclose` at its tolerance, as its eval does) runs beside, so a baseline that fails
 there too (dropout in training mode) is told apart from one krung fails.
@@ -203,12 +204,17 @@ def _level_jobs(files: list[Path], versions: Path, wrong_every: int) -> list[Job
 
 
 def gpumode_jobs(root: Path, versions: Path, wrong_every: int) -> list[Job]:
+    """The jobs of every GPU MODE folder that runs on one GPU (not those `several_gpus`
+    names). A wrong version for every Nth folder, counted over all of them, so that the rows
+    of earlier runs keep theirs."""
     jobs = []
-    folders = sorted(p.parent for p in (root / GPUMODE / "problems").glob("*/*/task.yml"))
-    for index, folder in enumerate(folders):
+    for index, folder in enumerate(gpumode_folders(root)):
+        task = (folder / "task.yml").read_text()
+        if runs_on_several_gpus(task):
+            continue
         name = f"{folder.parent.name}/{folder.name}"
         reference = (folder / "reference.py").read_text()
-        declared = declared_seconds((folder / "task.yml").read_text())
+        declared = declared_seconds(task)
         base = _write(versions / "gpumode" / folder.parent.name / f"{folder.name}.py",
                       reference + "\n\ncustom_kernel = ref_kernel\n")
         jobs.append(Job("gpumode", name, folder, "baseline", PASS, base, declared))
@@ -221,6 +227,22 @@ def gpumode_jobs(root: Path, versions: Path, wrong_every: int) -> list[Job]:
                            reference + GPUMODE_WRONG)
             jobs.append(Job("gpumode", name, folder, "wrong", REJECT, wrong, declared))
     return jobs
+
+
+def gpumode_folders(root: Path) -> list[Path]:
+    return sorted(p.parent for p in (root / GPUMODE / "problems").glob("*/*/task.yml"))
+
+
+def several_gpus(root: Path) -> list[str]:
+    """The GPU MODE folders whose task.yml says `multi_gpu: true` (amd_distributed's, for
+    eight MI300s): their data is made per rank of a distributed job, and krung refuses them
+    as such, so they are left out of a one-GPU table."""
+    return [f"{folder.parent.name}/{folder.name}" for folder in gpumode_folders(root)
+            if runs_on_several_gpus((folder / "task.yml").read_text())]
+
+
+def runs_on_several_gpus(task_yml: str) -> bool:
+    return bool(re.search(r"^multi_gpu:\s*true\b", task_yml, re.MULTILINE | re.IGNORECASE))
 
 
 def declared_seconds(task_yml: str) -> float:
@@ -737,7 +759,9 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
         wrong = [r for r in mine if r.expect == REJECT]
         lines.append(f"**{family}**: honest baselines passed {sum(r.ok for r in base)}/"
                      f"{len(base)}; wrong versions rejected {sum(r.ok for r in wrong)}/"
-                     f"{len(wrong)}.")
+                     f"{len(wrong)}."
+                     + (" The folders whose task.yml says `multi_gpu: true` are not run: "
+                        "this table is one GPU's." if family == "gpumode" else ""))
         own = [r for r in base if r.kernelbench_check]
         if own:  # every baseline with --kernelbench-check all, else those krung failed
             fine = [r for r in own if r.kernelbench_check == "passed"]
@@ -879,6 +903,9 @@ def main() -> None:
         jobs = [] if args.gpumode == "none" else [
             j for j in gpumode_jobs(root, versions, args.wrong)
             if args.gpumode == "all" or re.search(args.gpumode, j.problem)]
+        if args.gpumode != "none" and (left := several_gpus(root)):
+            print(f"left out: {len(left)} GPU MODE folders that run on several GPUs "
+                  f"(multi_gpu: true): {', '.join(left)}", flush=True)
         if levels:
             jobs += kernelbench_jobs(root, levels, versions, args.wrong)
         jobs = in_running_order(jobs)

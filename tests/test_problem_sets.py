@@ -392,6 +392,29 @@ def test_each_kernelbench_level_has_its_wrong_versions(tmp_path):
                 if j.version == "wrong"]
 
 
+def test_gpumode_folders_for_several_gpus_are_left_out_and_the_wrong_versions_stay(tmp_path):
+    """A folder whose task.yml says `multi_gpu: true` has no jobs (krung refuses such a
+    problem, and the table is one GPU's) and is named as left out; the other folders keep the
+    wrong versions they had with it counted (every Nth over all folders), so the rows of
+    earlier runs still match their jobs."""
+    n = random.randint(2, 4)
+    names = sorted(f"group{random.randint(0, 3)}/p{i}" for i in range(random.randint(8, 14)))
+    several = set(random.sample(names, 3))
+    for name in names:
+        folder = tmp_path / sets.GPUMODE / "problems" / name
+        folder.mkdir(parents=True)
+        (folder / "reference.py").write_text("def ref_kernel(data):\n    return data\n")
+        flag = random.choice(["true", "True"]) if name in several else random.choice(
+            ["false", ""])
+        (folder / "task.yml").write_text(f"lang: py\nmulti_gpu: {flag}\ntest_timeout: 180\n")
+    jobs = sets.gpumode_jobs(tmp_path, tmp_path / "versions", n)
+    assert {job.problem for job in jobs} == set(names) - several
+    assert sets.several_gpus(tmp_path) == sorted(several)
+    wrong = [job.problem for job in jobs if job.version == "wrong"]
+    assert wrong == [name for index, name in enumerate(names)
+                     if index % n == 0 and name not in several]
+
+
 def test_a_slow_gpumode_problem_has_the_gpu_to_itself(gpu, tmp_path):
     """A GPU MODE problem whose authors give a submission more than QUICK_S benchmarks for
     minutes under the GPU's lock: it needs the whole GPU, as one out of memory before does,

@@ -633,7 +633,7 @@ def test_a_row_says_when_the_judges_cache_kept_memory_it_could_not_hand_back():
 
 
 def test_the_jobs_to_run_keep_the_running_order():
-    """Of hundreds of jobs (the sets have 359), those with no row kept run in the sets'
+    """Of hundreds of jobs (the sets have 356), those with no row kept run in the sets'
     running order, then those whose kept rows are from other cards, in that order too: never
     a set's order, which for indices past its table's size is not theirs."""
     count = random.randint(200, 400)

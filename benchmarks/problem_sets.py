@@ -56,6 +56,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -69,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import krung
+from krung.host import service
 from krung.host.scale.gpu_memory import (
     GpuMemory,
     declared_needs_mib,
@@ -173,6 +175,9 @@ class Row:
     # Seconds in each rung that ran (a run stopped at its timeout: those it finished)
     rungs_s: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Where its judge came from: "service, ready" or "service, starting" (warm from the
+    # service, or handed out while it still started), "forked", "cold"; "" (not told)
+    judge: str = ""
 
 
 def kernelbench_jobs(root: Path, levels: list[str], versions: Path, wrong_every: int) -> list[Job]:
@@ -482,6 +487,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
                            + _where_it_was(row, stdout, args.rungs) + lock)
     else:
         _read_outcome(row, process.returncode, stdout, stderr)
+        row.judge = judge_origin(stdout, service.paths(store)[2] / "service.log")
     expected = row.verdict == ("passed" if job.expect == PASS else "failed")
     # Out of GPU memory is the machine's answer, not krung's verdict on the version
     row.ok = expected and not _out_of_memory(row)
@@ -620,6 +626,32 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
         row.explanation = (failed.get("error") or "")[:600]
     else:
         row.verdict = "passed"
+
+
+def judge_origin(stdout: str, service_log: Path) -> str:
+    """Where the run's judge came from, as its env says; for one of the service's, whether it
+    was ready when handed out (the service's log says which): a judge still starting costs
+    the run its torch import and CUDA start, outside its rungs."""
+    with contextlib.suppress(json.JSONDecodeError, AttributeError):
+        env = json.loads(stdout).get("env") or {}
+        origin, pid = str(env.get("judge") or ""), env.get("judge_pid")
+        if origin != "service" or not pid:
+            return origin
+        with contextlib.suppress(OSError):
+            said = re.search(rf"^judge {int(pid)} handed out \((ready|starting)\)",
+                             service_log.read_text(), re.MULTILINE)
+            if said:
+                return f"service, {said.group(1)}"
+        return origin
+    return ""
+
+
+def outside_rungs_s(row: Row) -> float | None:
+    """A finished run's wall time outside its rungs: `krung run`'s start, its judge taken
+    (started, where it was not warm), the problem loaded, the processes ended."""
+    if not row.rungs_s or row.verdict == "timeout":
+        return None
+    return max(0.0, row.wall_s - sum(row.rungs_s.values()))
 
 
 def _rounded(value: float | None) -> float | None:
@@ -777,6 +809,7 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
     commits = Counter(r.commit or "not told" for r in rows)
     lines += ["krung at: " + "; ".join(f"{commit} {n} row{'s' * (n != 1)}"
                                        for commit, n in commits.most_common()) + ".", ""]
+    lines += where_time_went(rows)
     missed = [r for r in rows if not r.ok]
     if missed:
         unknown = [r for r in missed if not cause(r)]
@@ -804,6 +837,27 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
                  *[r.card or "not told"] * many]
         lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def where_time_went(rows: list[Row]) -> list[str]:
+    """The rows' wall time in their rungs and outside them, and outside them by where their
+    judges came from (the rows that say so)."""
+    timed = [(r, outside) for r in rows if (outside := outside_rungs_s(r)) is not None]
+    if not timed:
+        return []
+    wall = sum(r.wall_s for r, _ in timed)
+    outside = sum(o for _, o in timed)
+    line = (f"Wall time of the {len(timed)} finished runs: {wall:.0f} s, {outside:.0f} s of it "
+            f"outside their rungs (median {statistics.median(o for _, o in timed):.1f} s a run)")
+    by_judge: dict[str, list[float]] = {}
+    for r, o in timed:
+        if r.judge:
+            by_judge.setdefault(r.judge, []).append(o)
+    if by_judge:
+        line += "; by where the judge came from: " + ", ".join(
+            f"{judge} {len(times)} runs, median {statistics.median(times):.1f} s outside"
+            for judge, times in sorted(by_judge.items(), key=lambda item: -len(item[1])))
+    return [line + ".", ""]
 
 
 def _slowest(row: Row) -> str:

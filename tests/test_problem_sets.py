@@ -646,3 +646,40 @@ def test_the_jobs_to_run_keep_the_running_order():
     order = sets.turn_order(jobs, kept, {sets._key(jobs[i]) for i in again_at})
     new = sorted(set(range(count)) - kept_at)
     assert order == new + sorted(again_at)
+
+
+def test_a_row_says_where_its_judge_came_from_and_the_table_where_the_time_went(tmp_path):
+    """Through a real krung service: each row names its judge's origin as the service's log
+    tells it (warm and ready, or handed out while it still started), and the table sums the
+    rows' time outside their rungs by that origin: where half a GPU run's wall time went."""
+    names = random.sample(["1_ReLU", "2_RowSoftmax", "3_Linear", "4_LayerNorm"], 2)
+    level1_sets(tmp_path, names)
+    out, markdown = tmp_path / "out.json", tmp_path / "out.md"
+    command, env = resumed_run(out, "--markdown", str(markdown))
+    command.remove("--no-service")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [sets.Row(**row) for row in json.loads(out.read_text())]
+    assert len(rows) == 2 and all(row.ok for row in rows), rows
+    assert all(row.judge in ("service, ready", "service, starting") for row in rows), rows
+    table = markdown.read_text()
+    assert "Wall time of the 2 finished runs: " in table, table
+    assert "by where the judge came from: service, " in table, table
+
+
+def test_a_judges_origin_is_read_from_the_run_and_the_services_log(tmp_path):
+    log = tmp_path / "service.log"
+    ready, starting, unsaid = random.sample(range(1000, 99999), 3)
+    log.write_text(f"judge {starting} handed out (starting)\njudge {starting} exited with "
+                   f"status 0\njudge {ready} handed out (ready)\n")
+
+    def run(origin: str, pid: int) -> str:
+        return json.dumps({"rungs": [], "env": {"judge": origin, "judge_pid": pid}})
+
+    assert sets.judge_origin(run("service", ready), log) == "service, ready"
+    assert sets.judge_origin(run("service", starting), log) == "service, starting"
+    assert sets.judge_origin(run("service", unsaid), log) == "service"
+    assert sets.judge_origin(run("service", ready), tmp_path / "none.log") == "service"
+    assert sets.judge_origin(run("cold", ready), log) == "cold"
+    assert sets.judge_origin("not json", log) == ""

@@ -175,7 +175,7 @@ class Row:
     # Seconds in each rung that ran (a run stopped at its timeout: those it finished)
     rungs_s: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
-    # Where its judge came from: "service, ready" or "service, starting" (warm from the
+    # Where its judge came from: "service (ready)" or "service (starting)" (warm from the
     # service, or handed out while it still started), "forked", "cold"; "" (not told)
     judge: str = ""
 
@@ -442,15 +442,16 @@ def job_env(args: argparse.Namespace, store: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def warm_judges(args: argparse.Namespace, store: Path) -> Iterator[None]:
-    """A krung service on the run's store for the runs' length, keeping two judges per job
-    started: one at work, one warming up (as `krung batch` does)."""
+    """A krung service on the run's store for the runs' length, keeping `--pool` judges
+    started (default two per job: one at work, one warming up, as `krung batch` does)."""
     if not args.service:
         yield
         return
     store.parent.mkdir(parents=True, exist_ok=True)
     krung = [sys.executable, "-m", "krung", "service"]
     env = job_env(args, store)
-    started = subprocess.run([*krung, "start", "--pool", str(2 * max(1, args.jobs)),
+    pool = args.pool or 2 * max(1, args.jobs)
+    started = subprocess.run([*krung, "start", "--pool", str(pool),
                               "--idle", "900"], env=env, capture_output=True, text=True)
     if started.returncode != 0:  # the runs go on cold, as `krung run` does without one
         print(f"no krung service ({started.stderr.strip()[-300:]}); each run starts its "
@@ -641,7 +642,7 @@ def judge_origin(stdout: str, service_log: Path) -> str:
             said = re.search(rf"^judge {int(pid)} handed out \((ready|starting)\)",
                              service_log.read_text(), re.MULTILINE)
             if said:
-                return f"service, {said.group(1)}"
+                return f"service ({said.group(1)})"
         return origin
     return ""
 
@@ -854,7 +855,7 @@ def where_time_went(rows: list[Row]) -> list[str]:
         if r.judge:
             by_judge.setdefault(r.judge, []).append(o)
     if by_judge:
-        line += "; by where the judge came from: " + ", ".join(
+        line += "; by where the judge came from: " + "; ".join(
             f"{judge} {len(times)} runs, median {statistics.median(times):.1f} s outside"
             for judge, times in sorted(by_judge.items(), key=lambda item: -len(item[1])))
     return [line + ".", ""]
@@ -906,6 +907,10 @@ def main() -> None:
     running.add_argument("--kernelbench-check", choices=("failed", "all", "none"),
                          default="failed", help="KernelBench's own check of the baseline: "
                          "where krung did not pass it (default), on every one, or none")
+    running.add_argument("--pool", type=int, default=0,
+                         help="judges the service keeps started, at work and warming up "
+                              "(default: two per job); where the table shows runs handed "
+                              "judges still starting, more keep up with short runs")
     running.add_argument("--service", action=argparse.BooleanOptionalAction, default=True,
                          help="judges started ahead by a krung service (default), or each "
                               "run's own")

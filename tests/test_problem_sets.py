@@ -662,10 +662,10 @@ def test_a_row_says_where_its_judge_came_from_and_the_table_where_the_time_went(
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [sets.Row(**row) for row in json.loads(out.read_text())]
     assert len(rows) == 2 and all(row.ok for row in rows), rows
-    assert all(row.judge in ("service, ready", "service, starting") for row in rows), rows
+    assert all(row.judge in ("service (ready)", "service (starting)") for row in rows), rows
     table = markdown.read_text()
     assert "Wall time of the 2 finished runs: " in table, table
-    assert "by where the judge came from: service, " in table, table
+    assert "by where the judge came from: service (" in table, table
 
 
 def test_a_judges_origin_is_read_from_the_run_and_the_services_log(tmp_path):
@@ -677,8 +677,8 @@ def test_a_judges_origin_is_read_from_the_run_and_the_services_log(tmp_path):
     def run(origin: str, pid: int) -> str:
         return json.dumps({"rungs": [], "env": {"judge": origin, "judge_pid": pid}})
 
-    assert sets.judge_origin(run("service", ready), log) == "service, ready"
-    assert sets.judge_origin(run("service", starting), log) == "service, starting"
+    assert sets.judge_origin(run("service", ready), log) == "service (ready)"
+    assert sets.judge_origin(run("service", starting), log) == "service (starting)"
     assert sets.judge_origin(run("service", unsaid), log) == "service"
     assert sets.judge_origin(run("service", ready), tmp_path / "none.log") == "service"
     assert sets.judge_origin(run("cold", ready), log) == "cold"

@@ -126,6 +126,13 @@ for problem, env in runs:
     first = json.loads(env).get("first_try")
     if first:
         print(f"judge failed first: {problem}: {first.get('error', '')[:300]}")
+# A judge handed out while it still started costs its run torch's import and CUDA's start
+import pathlib, re
+log = pathlib.Path(sys.argv[5]).parent / "service" / "service.log"
+handed = re.findall(r"^judge \d+ handed out \((ready|starting)\)", log.read_text()
+                    if log.exists() else "", re.MULTILINE)
+print(f"judges handed out by the service: {handed.count('ready')} ready, "
+      f"{handed.count('starting')} still starting" if handed else "no service log")
 PY
     ;;
   sets)

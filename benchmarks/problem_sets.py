@@ -638,11 +638,11 @@ def judge_origin(stdout: str, service_log: Path) -> str:
         origin, pid = str(env.get("judge") or ""), env.get("judge_pid")
         if origin != "service" or not pid:
             return origin
-        with contextlib.suppress(OSError):
-            said = re.search(rf"^judge {int(pid)} handed out \((ready|starting)\)",
-                             service_log.read_text(), re.MULTILINE)
+        with contextlib.suppress(OSError):  # the last line of that pid: pids come round
+            said = re.findall(rf"^judge {int(pid)} handed out \((ready|starting)\)",
+                              service_log.read_text(), re.MULTILINE)
             if said:
-                return f"service ({said.group(1)})"
+                return f"service ({said[-1]})"
         return origin
     return ""
 
@@ -962,7 +962,9 @@ def main() -> None:
         jobs = [] if args.gpumode == "none" else [
             j for j in gpumode_jobs(root, versions, args.wrong)
             if args.gpumode == "all" or re.search(args.gpumode, j.problem)]
-        if args.gpumode != "none" and (left := several_gpus(root)):
+        left = [name for name in several_gpus(root) if args.gpumode == "all"
+                or re.search(args.gpumode, name)] if args.gpumode != "none" else []
+        if left:
             print(f"left out: {len(left)} GPU MODE folders that run on several GPUs "
                   f"(multi_gpu: true): {', '.join(left)}", flush=True)
         if levels:

@@ -132,7 +132,8 @@ log = pathlib.Path(sys.argv[5]).parent / "service" / "service.log"
 handed = re.findall(r"^judge \d+ handed out \((ready|starting)\)", log.read_text()
                     if log.exists() else "", re.MULTILINE)
 print(f"judges handed out by the service: {handed.count('ready')} ready, "
-      f"{handed.count('starting')} still starting" if handed else "no service log")
+      f"{handed.count('starting')} still starting" if handed
+      else "no judges handed out by a service" if log.exists() else "no service log")
 PY
     ;;
   sets)

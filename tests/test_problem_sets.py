@@ -399,7 +399,7 @@ def test_gpumode_folders_for_several_gpus_are_left_out_and_the_wrong_versions_st
     earlier runs still match their jobs."""
     n = random.randint(2, 4)
     names = sorted(f"group{random.randint(0, 3)}/p{i}" for i in range(random.randint(8, 14)))
-    several = set(random.sample(names, 3))
+    several = {names[1], *random.sample(names[2:], 2)}  # one early: the counts would differ
     for name in names:
         folder = tmp_path / sets.GPUMODE / "problems" / name
         folder.mkdir(parents=True)
@@ -646,6 +646,11 @@ def test_the_jobs_to_run_keep_the_running_order():
     order = sets.turn_order(jobs, kept, {sets._key(jobs[i]) for i in again_at})
     new = sorted(set(range(count)) - kept_at)
     assert order == new + sorted(again_at)
+    # indices whose set iterates out of order ({10, 33, 150}: 33 first)
+    kept = {sets._key(job): sets.Row("kernelbench", job.problem, "baseline", sets.PASS)
+            for i, job in enumerate(jobs) if i not in (10, 33, 150)}
+    assert list({10, 33, 150}) != [10, 33, 150]
+    assert sets.turn_order(jobs, kept, set()) == [10, 33, 150]
 
 
 def test_a_row_says_where_its_judge_came_from_and_the_table_where_the_time_went(tmp_path):
@@ -671,8 +676,9 @@ def test_a_row_says_where_its_judge_came_from_and_the_table_where_the_time_went(
 def test_a_judges_origin_is_read_from_the_run_and_the_services_log(tmp_path):
     log = tmp_path / "service.log"
     ready, starting, unsaid = random.sample(range(1000, 99999), 3)
-    log.write_text(f"judge {starting} handed out (starting)\njudge {starting} exited with "
-                   f"status 0\njudge {ready} handed out (ready)\n")
+    log.write_text(f"judge {ready} handed out (starting)\njudge {ready} exited with status "
+                   f"0\njudge {starting} handed out (starting)\njudge {starting} exited with "
+                   f"status 0\njudge {ready} handed out (ready)\n")  # a pid come round
 
     def run(origin: str, pid: int) -> str:
         return json.dumps({"rungs": [], "env": {"judge": origin, "judge_pid": pid}})

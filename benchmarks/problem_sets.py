@@ -1033,13 +1033,13 @@ def main() -> None:
         shared = shared_gpu(args, jobs, kept, alone)
         crowded = [i for i in waiting if (jobs[i].family, jobs[i].problem) in alone]
         bigger = [i for i in waiting if i not in crowded and bigger_than_the_gpu(shared, jobs[i])]
-        if crowded or bigger:
-            print(f"{len(crowded) + len(bigger)} jobs run first, one at a time, with no warm "
-                  f"judges beside them: {len(crowded)} that ran out of GPU memory beside "
-                  f"others before, {len(bigger)} whose need is more than the GPU holds",
-                  flush=True)
-            Turns({i: jobs[i] for i in crowded + bigger}, None).run(1, one)
-        turns = Turns({i: jobs[i] for i in waiting if i not in crowded + bigger}, shared)
+        first = crowded + bigger
+        if first:
+            print(f"{len(first)} jobs run first, one at a time, with no warm judges beside "
+                  f"them: {len(crowded)} that ran out of GPU memory beside others before, "
+                  f"{len(bigger)} whose need is more than the GPU holds", flush=True)
+            Turns({i: jobs[i] for i in first}, None).run(1, one)
+        turns = Turns({i: jobs[i] for i in waiting if i not in first}, shared)
         with warm_judges(args, store):
             turns.run(max(1, args.jobs), one)
         if args.jobs > 1:  # out of GPU memory beside another problem: once more, alone

@@ -4,6 +4,7 @@ precision plus krung's metrics, and krung's whole ladder over it."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import sys
@@ -333,6 +334,66 @@ def test_a_problem_past_this_machines_memory_is_refused_on_a_cpu_with_the_scale_
     assert time.monotonic() - started < 60
     assert "would run out of memory" in refused.stderr, refused.stderr
     assert "--scale 0.01" in refused.stderr, refused.stderr
+
+
+COUNTED_ROWS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    with open({marker!r}, "a") as calls:  # each time the sizes are told
+        calls.write("x")
+    return [torch.rand({rows}, {cols}) * 2 - 1]  # an elementwise op: the meta device's slow one
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_problems_declared_size_is_told_once_per_text_and_kept_under_the_store(
+        krung, store, tmp_path):
+    """On a CPU at scale 1 the judge tells a KernelBench problem's sizes from its shapes
+    before any rung; it keeps them in the store's build cache by the problem's text, so the
+    next turn reads them (an elementwise op on the meta device costs a second): a changed
+    problem is told again, and a kept size is what the check goes by."""
+    from krung.judge.problem.cpu_fit import check_fits
+    from krung.judge.problem.footprint import declared_bytes
+    from krung.protocol.errors import UsageError
+
+    marker = tmp_path / "told.txt"
+    rows, cols = random.randint(8, 64), random.randint(8, 64)
+    problem = write(tmp_path / "counted" / "7_Counted.py",
+                    COUNTED_ROWS.format(marker=str(marker), rows=rows, cols=cols))
+    baseline = honest(problem, tmp_path)
+    told = []  # get_inputs' calls after each run: the size check's, and the rungs' own
+    for _ in range(2):
+        result = krung("run", problem, baseline, "--rungs", "static", "--json")
+        assert result.code == 0, result.stdout + result.stderr
+        told.append(len(marker.read_text()))
+    assert told[1] - told[0] == told[0] - 1  # the second run's check read the kept size
+    footprint = store.parent / "build_cache" / "footprint"
+    entries = list(footprint.glob("*.json"))
+    assert len(entries) == 1, entries
+    kept = json.loads(entries[0].read_text())
+    assert kept["bytes"] == 2 * rows * cols * 4  # in and out, float32
+    told = told[1]
+    write(problem, COUNTED_ROWS.format(marker=str(marker), rows=rows + 1, cols=cols))
+    check_fits(problem, 1.0, footprint)
+    assert len(marker.read_text()) == told + 1 and len(list(footprint.glob("*.json"))) == 2
+    check_fits(problem, 1.0, footprint)
+    assert len(marker.read_text()) == told + 1  # kept
+    assert declared_bytes(problem, forward=False) == 2 * (rows + 1) * cols * 4
+    newest = max(footprint.glob("*.json"), key=lambda e: e.stat().st_mtime_ns)
+    newest.write_text(json.dumps({"bytes": 1 << 60}))  # what the check goes by
+    with pytest.raises(UsageError, match="would run out of memory"):
+        check_fits(problem, 1.0, footprint)
 
 
 def test_a_first_case_too_big_for_the_interpreter_is_called_at_its_smallest_form(

@@ -45,7 +45,7 @@ from krung.judge.problem.behaviour import check_behaviour
 from krung.judge.problem.cpu_fit import check_fits
 from krung.judge.problem.policy import Policy
 from krung.judge.solution import read_copy
-from krung.protocol import messages
+from krung.protocol import build_cache, messages
 from krung.protocol.channel import Channel, ChannelClosed
 from krung.protocol.errors import KrungError, ProblemError, RungFailed
 from krung.protocol.results import RungResult
@@ -149,7 +149,8 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
 
             start_profiler()
         if device == "cpu":  # a GPU's sizes on a CPU: refused before they fill its memory
-            check_fits(Path(request.problem), settings.scale)
+            check_fits(Path(request.problem), settings.scale,
+                       build_cache.root_for(run_dir) / "footprint")
         problem = load_problem(Path(request.problem), request.precision, settings.scale,
                                Policy.of(settings), settings.inputs_on_device)
         settings = _capped(settings, problem)

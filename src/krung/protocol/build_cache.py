@@ -8,8 +8,10 @@ and two versions that share an extension name never rebuild over each other.
   GPU (passed as `build_directory`), where ninja finds the objects of the last build;
 - `versions/<sha256[:16]>/torch_extensions/...`: the same, for a version whose worker raises
   the walls: written by the version's own process, so its entries serve the same version
-  alone (another version cannot plant a library that this one loads).
-The judge alone writes `nvcc/` and `inspect/`; a walled worker only reads them.
+  alone (another version cannot plant a library that this one loads);
+- `footprint/<key>.json`: a KernelBench problem's declared bytes, by its text, for a CPU run
+  at its declared sizes (krung.judge.problem.cpu_fit).
+The judge alone writes `nvcc/`, `inspect/` and `footprint/`; a walled worker only reads them.
 Stdlib only: used by the worker, the judge and the build process.
 """
 

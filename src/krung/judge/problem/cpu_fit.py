@@ -6,13 +6,19 @@ the worker) until the kernel's OOM killer took it, six minutes in, and the run e
 krung's failure, "run it again". So before any rung a CPU run at scale 1 is told its sizes
 (from shapes alone, the outputs counted as large as the inputs: krung.judge.problem.footprint;
 the meta device's forward would add a second to every turn) and, where they need more memory
-than the machine has free, refused at once with the scale to use.
+than the machine has free, refused at once with the scale to use. The sizes are kept by the
+problem's text in the store's build cache (`footprint/`): an elementwise operation in a
+problem's get_inputs() on the meta device imports torch._dynamo, a second of a warm turn's two.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from pathlib import Path
 
+from krung.protocol import build_cache
 from krung.protocol.errors import UsageError
 
 # The judge's peak over a problem's declared bytes (inputs, weights and outputs) on a CPU:
@@ -21,15 +27,13 @@ HEADROOM = 4
 SCALES = (0.1, 0.01, 0.001)  # the first of these whose linear shrink fits is suggested
 
 
-def check_fits(path: Path, scale: float) -> None:
+def check_fits(path: Path, scale: float, cache: Path | None = None) -> None:
     """Raise UsageError when the KernelBench problem at `path`, at scale 1, needs more memory
     than is available here (nothing for another format, another scale, or sizes the meta
-    device cannot tell)."""
-    from krung.judge.problem.footprint import declared_bytes
-
+    device cannot tell). Its sizes are read from, or kept in, `cache` where one is given."""
     if scale != 1.0:
         return
-    size, free = declared_bytes(path, forward=False), available_bytes()
+    size, free = declared_size(path, cache), available_bytes()
     if size is None or free is None or size * HEADROOM <= free:
         return
     fitting = next((s for s in SCALES if size * s * HEADROOM <= free), SCALES[-1])
@@ -40,6 +44,33 @@ def check_fits(path: Path, scale: float) -> None:
         hint=f"run it at a smaller scale, `--scale {fitting:g}` (MCP's evaluate: `scale`; "
              f"or KRUNG_SCALE={fitting:g}): "
              f"its sizes times {fitting:g}, with a history of their own; or on a GPU")
+
+
+def declared_size(path: Path, cache: Path | None) -> int | None:
+    """krung.judge.problem.footprint's declared bytes (no forward), kept in `cache` by the
+    problem's text and torch's version; a problem the meta device cannot tell is not kept."""
+    import torch
+
+    from krung.judge.problem import KERNELBENCH, detect_format
+    from krung.judge.problem.footprint import declared_bytes
+
+    entry = None
+    if cache is not None and detect_format(path) == KERNELBENCH:  # one file, no folder
+        facts = {"problem": path.read_text(errors="replace"), "torch": torch.__version__}
+        entry = cache / f"{build_cache.key(facts)}.json"
+        try:
+            return int(json.loads(entry.read_text())["bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not kept yet (or a broken entry): told again below
+    size = declared_bytes(path, forward=False)
+    if entry is not None and size is not None:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        # written aside and renamed: a judge beside this one never reads half an entry
+        with tempfile.NamedTemporaryFile("w", dir=entry.parent, suffix=".tmp",
+                                         delete=False) as staging:
+            json.dump({"bytes": size, "problem": path.name}, staging)
+        os.replace(staging.name, entry)
+    return size
 
 
 def available_bytes() -> int | None:

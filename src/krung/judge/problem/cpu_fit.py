@@ -13,9 +13,9 @@ problem's get_inputs() on the meta device imports torch._dynamo, a second of a w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from krung.protocol import build_cache
@@ -25,6 +25,7 @@ from krung.protocol.errors import UsageError
 # 21.5 GB for level 1's softmax, 6.4 GB in and out (2026-12-07, this project's machine).
 HEADROOM = 4
 SCALES = (0.1, 0.01, 0.001)  # the first of these whose linear shrink fits is suggested
+COUNTED = 1  # how footprint counts a problem's bytes: raised when that changes (kept sizes)
 
 
 def check_fits(path: Path, scale: float, cache: Path | None = None) -> None:
@@ -48,7 +49,8 @@ def check_fits(path: Path, scale: float, cache: Path | None = None) -> None:
 
 def declared_size(path: Path, cache: Path | None) -> int | None:
     """krung.judge.problem.footprint's declared bytes (no forward), kept in `cache` by the
-    problem's text and torch's version; a problem the meta device cannot tell is not kept."""
+    problem's text and torch's version; a problem the meta device cannot tell is not kept.
+    The cache is a shortcut: an entry that cannot be read or written is told again."""
     import torch
 
     from krung.judge.problem import KERNELBENCH, detect_format
@@ -56,20 +58,24 @@ def declared_size(path: Path, cache: Path | None) -> int | None:
 
     entry = None
     if cache is not None and detect_format(path) == KERNELBENCH:  # one file, no folder
-        facts = {"problem": path.read_text(errors="replace"), "torch": torch.__version__}
+        facts = {"problem": path.read_text(errors="replace"), "torch": torch.__version__,
+                 "counted": COUNTED}
         entry = cache / f"{build_cache.key(facts)}.json"
-        try:
-            return int(json.loads(entry.read_text())["bytes"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not kept yet (or a broken entry): told again below
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            kept = json.loads(entry.read_text())["bytes"]
+            if type(kept) is int and kept > 0:  # else a broken entry: told again below
+                return kept
     size = declared_bytes(path, forward=False)
     if entry is not None and size is not None:
-        entry.parent.mkdir(parents=True, exist_ok=True)
         # written aside and renamed: a judge beside this one never reads half an entry
-        with tempfile.NamedTemporaryFile("w", dir=entry.parent, suffix=".tmp",
-                                         delete=False) as staging:
-            json.dump({"bytes": size, "problem": path.name}, staging)
-        os.replace(staging.name, entry)
+        staging = entry.with_name(f".{entry.stem}.{os.getpid()}.tmp")
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            staging.write_text(json.dumps({"bytes": size, "problem": path.name}))
+            os.replace(staging, entry)
+        except OSError:  # a full disk, a store not ours: this turn goes on without it
+            with contextlib.suppress(OSError):
+                staging.unlink()
     return size
 
 

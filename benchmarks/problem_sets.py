@@ -488,7 +488,7 @@ def run_job(job: Job, args: argparse.Namespace, store: Path) -> Row:
                            + _where_it_was(row, stdout, args.rungs) + lock)
     else:
         _read_outcome(row, process.returncode, stdout, stderr)
-        row.judge = judge_origin(stdout, service.paths(store)[2] / "service.log")
+        row.judge = judge_origin(stdout, service.handed_out(store))
     expected = row.verdict == ("passed" if job.expect == PASS else "failed")
     # Out of GPU memory is the machine's answer, not krung's verdict on the version
     row.ok = expected and not _out_of_memory(row)
@@ -629,21 +629,17 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
         row.verdict = "passed"
 
 
-def judge_origin(stdout: str, service_log: Path) -> str:
+def judge_origin(stdout: str, handed: list[tuple[int, str]]) -> str:
     """Where the run's judge came from, as its env says; for one of the service's, whether it
-    was ready when handed out (the service's log says which): a judge still starting costs
+    was ready when handed out (`handed`, the service's log): a judge still starting costs
     the run its torch import and CUDA start, outside its rungs."""
     with contextlib.suppress(json.JSONDecodeError, AttributeError):
         env = json.loads(stdout).get("env") or {}
         origin, pid = str(env.get("judge") or ""), env.get("judge_pid")
         if origin != "service" or not pid:
             return origin
-        with contextlib.suppress(OSError):  # the last line of that pid: pids come round
-            said = re.findall(rf"^judge {int(pid)} handed out \((ready|starting)\)",
-                              service_log.read_text(), re.MULTILINE)
-            if said:
-                return f"service ({said[-1]})"
-        return origin
+        said = [state for handed_pid, state in handed if handed_pid == int(pid)]
+        return f"service ({said[-1]})" if said else origin  # its last: pids come round
     return ""
 
 

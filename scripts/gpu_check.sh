@@ -127,13 +127,12 @@ for problem, env in runs:
     if first:
         print(f"judge failed first: {problem}: {first.get('error', '')[:300]}")
 # A judge handed out while it still started costs its run torch's import and CUDA's start
-import pathlib, re
-log = pathlib.Path(sys.argv[5]).parent / "service" / "service.log"
-handed = re.findall(r"^judge \d+ handed out \((ready|starting)\)", log.read_text()
-                    if log.exists() else "", re.MULTILINE)
+from krung.host import service
+handed = [state for _, state in service.handed_out(sys.argv[5])]
 print(f"judges handed out by the service: {handed.count('ready')} ready, "
       f"{handed.count('starting')} still starting" if handed
-      else "no judges handed out by a service" if log.exists() else "no service log")
+      else "no judges handed out by a service"
+      if (service.paths(sys.argv[5])[2] / "service.log").exists() else "no service log")
 PY
     ;;
   sets)

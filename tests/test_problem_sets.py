@@ -674,18 +674,24 @@ def test_a_row_says_where_its_judge_came_from_and_the_table_where_the_time_went(
 
 
 def test_a_judges_origin_is_read_from_the_run_and_the_services_log(tmp_path):
-    log = tmp_path / "service.log"
+    from krung.host import service
+
+    store = tmp_path / "krung.db"
+    log = service.paths(store)[2] / "service.log"
+    log.parent.mkdir()
     ready, starting, unsaid = random.sample(range(1000, 99999), 3)
     log.write_text(f"judge {ready} handed out (starting)\njudge {ready} exited with status "
                    f"0\njudge {starting} handed out (starting)\njudge {starting} exited with "
                    f"status 0\njudge {ready} handed out (ready)\n")  # a pid come round
+    handed = service.handed_out(store)
 
     def run(origin: str, pid: int) -> str:
         return json.dumps({"rungs": [], "env": {"judge": origin, "judge_pid": pid}})
 
-    assert sets.judge_origin(run("service", ready), log) == "service (ready)"
-    assert sets.judge_origin(run("service", starting), log) == "service (starting)"
-    assert sets.judge_origin(run("service", unsaid), log) == "service"
-    assert sets.judge_origin(run("service", ready), tmp_path / "none.log") == "service"
-    assert sets.judge_origin(run("cold", ready), log) == "cold"
-    assert sets.judge_origin("not json", log) == ""
+    assert sets.judge_origin(run("service", ready), handed) == "service (ready)"
+    assert sets.judge_origin(run("service", starting), handed) == "service (starting)"
+    assert sets.judge_origin(run("service", unsaid), handed) == "service"
+    assert service.handed_out(tmp_path / "none" / "krung.db") == []  # no service, no log
+    assert sets.judge_origin(run("service", ready), []) == "service"
+    assert sets.judge_origin(run("cold", ready), handed) == "cold"
+    assert sets.judge_origin("not json", handed) == ""

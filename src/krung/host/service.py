@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -59,6 +60,18 @@ POOL = 1  # judges kept ready per kind of evaluation
 MAX_KINDS = 8  # kinds of evaluation with a pool (one per GPU of a batch, say)
 START_FAILURES = 3  # judges of one kind that died before they were ready: stop trying
 REPLY_S = 30.0  # a loaded machine may be slow to answer, never this slow
+
+
+def handed_out(store: str | Path) -> list[tuple[int, str]]:
+    """The judges the service of `store` handed out, as its log says, in order: each judge's
+    pid and "ready" or "starting" (one still starting costs its run torch's import and, on a
+    GPU, CUDA's start). Empty where there is no log."""
+    try:
+        log = (paths(store)[2] / "service.log").read_text(errors="replace")
+    except OSError:
+        return []
+    return [(int(pid), state) for pid, state in
+            re.findall(r"^judge (\d+) handed out \((ready|starting)\)$", log, re.MULTILINE)]
 
 
 def paths(store: str | Path) -> tuple[Path, Path, Path]:

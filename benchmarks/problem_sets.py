@@ -598,6 +598,8 @@ def _read_outcome(row: Row, code: int, stdout: str, stderr: str) -> None:
     row.worker_peak_mib = _rounded(env.get("worker_host_peak_mib"))
     row.judge_gpu_mib = _rounded(env.get("judge_device_peak_mib"))
     row.worker_gpu_mib = _rounded(env.get("worker_device_peak_mib"))
+    if env.get("before_rungs_s"):  # the judge's steps before the first rung, by name
+        row.extra["before_rungs_s"] = env["before_rungs_s"]
     notes = []
     if env.get("first_try"):  # krung's judge failed first: the second try's row hides it
         notes.append(f"krung's first try failed: {env['first_try'].get('error', '')[:300]}")
@@ -854,6 +856,12 @@ def where_time_went(rows: list[Row]) -> list[str]:
         line += "; by where the judge came from: " + "; ".join(
             f"{judge} {len(times)} runs, median {statistics.median(times):.1f} s outside"
             for judge, times in sorted(by_judge.items(), key=lambda item: -len(item[1])))
+    steps: Counter[str] = Counter()
+    for r, _ in timed:
+        steps.update(r.extra.get("before_rungs_s") or {})
+    if steps:
+        line += ("; the judges' steps before the first rung, summed: "
+                 + ", ".join(f"{step} {seconds:.1f} s" for step, seconds in steps.most_common()))
     return [line + ".", ""]
 
 

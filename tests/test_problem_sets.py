@@ -668,9 +668,16 @@ def test_a_row_says_where_its_judge_came_from_and_the_table_where_the_time_went(
     rows = [sets.Row(**row) for row in json.loads(out.read_text())]
     assert len(rows) == 2 and all(row.ok for row in rows), rows
     assert all(row.judge in ("service (ready)", "service (starting)") for row in rows), rows
+    # and where the judge's time before the first rung went, step by step
+    steps = ["version_read", "device", "problem_load", "problem_setup", "behaviour_check"]
+    for row in rows:
+        before = row.extra["before_rungs_s"]
+        assert list(before) == steps and all(s >= 0 for s in before.values()), before
+        assert sum(before.values()) < row.wall_s
     table = markdown.read_text()
     assert "Wall time of the 2 finished runs: " in table, table
     assert "by where the judge came from: service (" in table, table
+    assert "the judges' steps before the first rung, summed: " in table, table
 
 
 def test_a_judges_origin_is_read_from_the_run_and_the_services_log(tmp_path):

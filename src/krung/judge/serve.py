@@ -116,8 +116,24 @@ def abort(*_: Any) -> None:
     os._exit(1)
 
 
+class Laps:
+    """The seconds of each step the judge takes before the first rung, as the run's
+    `before_rungs_s`: where a run's time outside its rungs goes (at declared sizes, the
+    reference's weights and the behaviour check's inputs take seconds)."""
+
+    def __init__(self) -> None:
+        self.at = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def done(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = round(now - self.at, 3)
+        self.at = now
+
+
 def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device: str,
           logs: tuple[Path, Path]) -> None:
+    laps = Laps()
     settings = Settings(**request.settings)
     run_dir = Path(request.run_dir)
     from krung.judge.rungs.artifacts import FOLDER as ARTIFACTS
@@ -140,6 +156,7 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
     if "artifacts" in request.rungs:  # a folder must be there for the sandbox to allow it
         (run_dir / ARTIFACTS).mkdir(exist_ok=True)
     pulse.send(messages.Env({"worker_pid": candidate.pid, "judge_pid": os.getpid()}))
+    laps.done("version_read")  # with its sandbox and the run's folders
     try:
         if device == "cuda":
             candidate.use_cuda_ipc()
@@ -151,13 +168,18 @@ def judge(pulse: Pulse, request: messages.Request, candidate: Candidate, device:
         if device == "cpu":  # a GPU's sizes on a CPU: refused before they fill its memory
             check_fits(Path(request.problem), settings.scale,
                        build_cache.root_for(run_dir) / "footprint")
+        laps.done("device")
         problem = load_problem(Path(request.problem), request.precision, settings.scale,
                                Policy.of(settings), settings.inputs_on_device)
         settings = _capped(settings, problem)
+        laps.done("problem_load")
         if problem.setup is not None:  # e.g. KernelBench: the reference model's weights
             problem.setup(derive_seed(request.seed, "setup"), device)
+        laps.done("problem_setup")
         check_behaviour(problem, device)
-        env = {**environment(device), "problem_format": problem.format, **problem.facts}
+        laps.done("behaviour_check")
+        env = {**environment(device), "problem_format": problem.format, **problem.facts,
+               "before_rungs_s": laps.seconds}
         ctx = Context(problem=problem, solution=solution, device=device, candidate=candidate,
                       settings=settings, seed=request.seed, run_dir=run_dir, env=env,
                       progress=pulse.progress, calibrations=list(request.calibrations),

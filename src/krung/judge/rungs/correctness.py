@@ -505,7 +505,7 @@ def _nondeterminism(ctx: Context, failures: list) -> str | None:
     """Why no version can match, when the reference itself is nondeterministic (dropout in
     training mode, sampling): checked on the first failing call's inputs. Not where it is
     so by rounding only: the version was held to that spread, and failed anyway."""
-    from krung.judge.rungs.determinism import reference_nondeterminism
+    from krung.judge.rungs.determinism import reference_runs
     from krung.judge.spread import rounding_spread
 
     if ctx.reference_spread:
@@ -513,9 +513,9 @@ def _nondeterminism(ctx: Context, failures: list) -> str | None:
     _, rep, _, case, index = failures[0]
     try:
         inputs = ctx.make_inputs(case, ctx.seed_for("correctness", index, rep))
-        first, why = reference_nondeterminism(ctx, inputs)
+        first, again, why = reference_runs(ctx, inputs)
         if why and ctx.problem.tolerance_decides:  # by rounding only, or by design?
-            ctx.reference_spread = rounding_spread(first, ctx.expected(inputs)) or []
+            ctx.reference_spread = rounding_spread(first, again) or []
     except Exception:  # it ran on these inputs before; whatever this is, it is not the answer
         return None
     if ctx.reference_spread:  # a version's errors far past rounding: a plain Mismatch

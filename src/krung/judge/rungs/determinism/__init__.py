@@ -111,9 +111,16 @@ def _affordable(ctx: Context, case: dict) -> dict:
 
 def reference_nondeterminism(ctx: Context, inputs: tuple) -> tuple[list, str | None]:
     """The reference's outputs on `inputs`, and why it is nondeterministic by design (None
-    when it is not seen to be): its two answers on the same inputs differ in bits (atomics,
-    sampling), or each call draws from torch's global generator (dropout in training mode,
-    an LSTM's `torch.randn` initial state), which a reference that seeds itself does not."""
+    when it is not seen to be): reference_runs without its second answer."""
+    first, _, why = reference_runs(ctx, inputs)
+    return first, why
+
+
+def reference_runs(ctx: Context, inputs: tuple) -> tuple[list, list, str | None]:
+    """The reference's two answers on `inputs`, and why it is nondeterministic by design
+    (None when it is not seen to be): the two differ in bits (atomics, sampling), or each
+    call draws from torch's global generator (dropout in training mode, an LSTM's
+    `torch.randn` initial state), which a reference that seeds itself does not."""
     import torch
 
     from krung.judge.metrics import bit_differences
@@ -132,12 +139,13 @@ def reference_nondeterminism(ctx: Context, inputs: tuple) -> tuple[list, str | N
     for index, (a, b) in enumerate(zip(first, again, strict=True)):
         region = bit_differences(a, b)
         if region.count:
-            return first, (f"run twice on the same inputs, its output {index} differs in "
-                           f"{region.count}/{a.numel()} elements ({region.describe()})")
+            return first, again, (f"run twice on the same inputs, its output {index} "
+                                  f"differs in {region.count}/{a.numel()} elements "
+                                  f"({region.describe()})")
     if _moved(before, between) and _moved(between, after):
-        return first, ("every call draws from torch's global random generator (dropout in "
-                       "training mode, torch.randn in forward)")
-    return first, None
+        return first, again, ("every call draws from torch's global random generator "
+                              "(dropout in training mode, torch.randn in forward)")
+    return first, again, None
 
 
 def _moved(old: list, new: list) -> bool:

@@ -45,6 +45,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -196,6 +197,9 @@ def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Pat
     row["failed"] = (f"{failed['name']}: {((failed['error'] or '').splitlines() or [''])[0][:240]}"
                      if failed else None)
     row["error"] = (run.get("error") or "").splitlines()[0][:200] if run.get("error") else None
+    # where a slow run's time went: its rungs, and the judge's steps before them
+    row["in_rungs_s"] = round(sum(r.get("duration_s") or 0 for r in run.get("rungs", [])), 1)
+    row["before_rungs_s"] = (run.get("env") or {}).get("before_rungs_s")
     marks = crash_marks(store.parent / "runs" / run["run_id"]) if run.get("run_id") else []
     first = (run.get("env") or {}).get("first_try")
     row["crash"] = (code == 3 or run.get("outcome") == "error" or bool(first) or bool(marks))
@@ -562,10 +566,8 @@ def report(rows: list[dict], tests: list[dict], suite: dict, out: Path, wall_s: 
     lines += [f"suite crash mark: {m}" for m in suite.get("marks", [])]
     by_mode = {m: [r for r in rows if r["mode"] == m] for m in ("cold", "warm")}
     for mode, found in by_mode.items():
-        walls = sorted(r["wall_s"] for r in found if "wall_s" in r)
-        if walls:
-            lines.append(f"corpus {mode}: {len(found)} runs, median {walls[len(walls) // 2]} s, "
-                         f"max {walls[-1]} s")
+        if any("wall_s" in r for r in found):
+            lines.append(f"corpus {mode}: {len(found)} runs, {where_time_went(found)}")
     if tests:
         lines.append(f"tests: {sum(t['nodes'] for t in tests)} in {len(tests)} pytest processes, "
                      f"{sum(t['passed'] for t in tests)} passed, "
@@ -601,6 +603,27 @@ def report(rows: list[dict], tests: list[dict], suite: dict, out: Path, wall_s: 
     with record.open("a") as gate:
         gate.write(entry)
     return failed == 0 and crashes == 0 and not unfinished
+
+
+def where_time_went(rows: list[dict]) -> str:
+    """The runs' median wall time, in their rungs and outside them, and the median of each
+    step the judge took before the first rung: where a gate slower than the last one lost it."""
+    timed = [r for r in rows if "wall_s" in r]
+    walls = [r["wall_s"] for r in timed]
+    text = f"median {statistics.median(walls):g} s, max {max(walls):g} s"
+    inside = [r["in_rungs_s"] for r in timed if "in_rungs_s" in r]
+    if inside:
+        outside = [r["wall_s"] - r["in_rungs_s"] for r in timed if "in_rungs_s" in r]
+        text += (f"; in the rungs median {statistics.median(inside):.1f} s, outside them "
+                 f"{statistics.median(outside):.1f} s")
+    steps: dict[str, list[float]] = {}
+    for row in timed:
+        for step, seconds in (row.get("before_rungs_s") or {}).items():
+            steps.setdefault(step, []).append(seconds)
+    if steps:
+        text += "; before the rungs (median s) " + ", ".join(
+            f"{step} {statistics.median(s):.2f}" for step, s in steps.items())
+    return text
 
 
 def same_commit(a: str, b: str) -> bool:

@@ -241,3 +241,24 @@ def test_corpus_runs_the_clock_left_are_not_finished_and_the_rest_runs_them(tmp_
     assert done.returncode == 0 and done.stdout.rstrip().endswith(line), done.stdout
     assert not (out / "gate-rest.txt").exists()
     assert not list(temp.glob("krung-gate-*")) and not list(temp.glob("krung-worker-*"))
+    # where the run's time went: in its rungs, and the judge's steps before them
+    row = json.loads((out / "corpus.jsonl").read_text())
+    assert 0 < row["in_rungs_s"] < row["wall_s"]
+    assert set(row["before_rungs_s"]) == {"version_read", "device", "problem_load",
+                                          "problem_setup", "behaviour_check"}
+    assert "before the rungs (median s) version_read" in (out / "gate.txt").read_text()
+
+
+def test_where_a_modes_time_went_is_the_median_of_its_runs_in_and_outside_the_rungs():
+    gate = _gate()
+    walls = [round(random.uniform(5, 40), 1) for _ in range(5)]
+    inside = [round(w * random.uniform(0.2, 0.8), 1) for w in walls]
+    loads = [round(random.uniform(0.1, 3), 2) for _ in walls]
+    rows = [{"wall_s": w, "in_rungs_s": i, "before_rungs_s": {"problem_load": load}}
+            for w, i, load in zip(walls, inside, loads, strict=True)]
+    rows.append({"skipped": "the gate failed on it"})  # no time: not counted
+    outside = sorted(w - i for w, i in zip(walls, inside, strict=True))[2]
+    assert gate.where_time_went(rows) == (
+        f"median {sorted(walls)[2]:g} s, max {max(walls):g} s; in the rungs median "
+        f"{sorted(inside)[2]:.1f} s, outside them {outside:.1f} s; "
+        f"before the rungs (median s) problem_load {sorted(loads)[2]:.2f}")

@@ -45,6 +45,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -413,11 +414,29 @@ def run_suite(sets: Path, count: int, out: Path, scratch: Path, limit_s: float) 
             if not p["correct"] and p["run_id"]:
                 sink.write(f"===== {p['problem']}\n{run_logs(folder / 'runs' / p['run_id'])}")
     return {"problems": len(problems), "minutes": round(minutes, 2),
-            "per_min": round(len(problems) / minutes, 1), "scores": suite["scores"],
+            "per_min": round(len(problems) / minutes, 1), **suite_waits(folder),
+            "scores": suite["scores"],
             "correct": sum(bool(p["correct"]) for p in problems),
             "crashes": suite["scores"].get("krung_errors", 0) + len(marks), "marks": marks,
             "not_correct": [f"{p['problem']}: {p['verdict']} ({p['reason']})"
                             for p in problems if not p["correct"]]}
+
+
+def suite_waits(folder: Path) -> dict:
+    """Where a suite's runs waited before their first rung: how many judges its service
+    handed out still starting (each costs its run torch's import and CUDA's start), and the
+    median of each step the judges took before the first rung (from its store's runs)."""
+    log = folder / "service" / "service.log"
+    handed = re.findall(r"^judge \d+ handed out \((ready|starting)\)",
+                        log.read_text() if log.exists() else "", re.MULTILINE)
+    steps: dict[str, list[float]] = {}
+    with contextlib.closing(sqlite3.connect(folder / "krung.db")) as store:
+        for (env,) in store.execute("SELECT env FROM runs"):
+            for step, seconds in (json.loads(env).get("before_rungs_s") or {}).items():
+                steps.setdefault(step, []).append(seconds)
+    return {"judges_ready": handed.count("ready"), "judges_starting": handed.count("starting"),
+            "before_rungs_median_s": {step: round(statistics.median(s), 2)
+                                      for step, s in steps.items()}}
 
 
 def main() -> None:

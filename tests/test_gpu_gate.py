@@ -262,3 +262,26 @@ def test_where_a_modes_time_went_is_the_median_of_its_runs_in_and_outside_the_ru
         f"median {sorted(walls)[2]:g} s, max {max(walls):g} s; in the rungs median "
         f"{sorted(inside)[2]:.1f} s, outside them {outside:.1f} s; "
         f"before the rungs (median s) problem_load {sorted(loads)[2]:.2f}")
+
+
+def test_a_suites_waits_are_read_from_its_service_log_and_its_runs(tmp_path):
+    """What the gate tells beside the suite's figure, from a real `krung suite` through its
+    service (here on the CPU): a judge per run handed out, ready or still starting, and the
+    median of each step the judges took before the first rung."""
+    from tests.conftest import KERNELBENCH, krung_command
+
+    names = random.sample(["1_ReLU", "3_Linear", "4_LayerNorm"], 2)
+    for folder, source in (("problems", KERNELBENCH), ("baselines", KERNELBENCH / "solutions")):
+        (tmp_path / folder).mkdir()
+        for name in names:
+            (tmp_path / folder / f"{name}.py").write_text((source / f"{name}.py").read_text())
+    krung = krung_command(tmp_path / "krung.db", tmp_path)
+    done = krung("suite", tmp_path / "problems", "--solutions", tmp_path / "baselines",
+                 "--rungs", "static,compile,run,correctness", "--json", timeout=300,
+                 env={"KRUNG_SERVICE": "on"})  # on two cores a suite starts none unasked
+    assert done.code == 0, done.stderr
+    waits = _gate().suite_waits(tmp_path)
+    assert waits["judges_ready"] + waits["judges_starting"] == 2, waits
+    assert set(waits["before_rungs_median_s"]) == {"version_read", "device", "problem_load",
+                                                   "problem_setup", "behaviour_check"}
+    assert all(s >= 0 for s in waits["before_rungs_median_s"].values())

@@ -199,7 +199,8 @@ def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Pat
                      if failed else None)
     row["error"] = (run.get("error") or "").splitlines()[0][:200] if run.get("error") else None
     # where a slow run's time went: its rungs, and the judge's steps before them
-    row["in_rungs_s"] = round(sum(r.get("duration_s") or 0 for r in run.get("rungs", [])), 1)
+    if run.get("rungs"):  # a hung run's time is not outside its rungs: untold
+        row["in_rungs_s"] = round(sum(r.get("duration_s") or 0 for r in run["rungs"]), 1)
     row["before_rungs_s"] = (run.get("env") or {}).get("before_rungs_s")
     marks = crash_marks(store.parent / "runs" / run["run_id"]) if run.get("run_id") else []
     first = (run.get("env") or {}).get("first_try")
@@ -429,11 +430,16 @@ def suite_waits(folder: Path) -> dict:
     log = folder / "service" / "service.log"
     handed = re.findall(r"^judge \d+ handed out \((ready|starting)\)",
                         log.read_text() if log.exists() else "", re.MULTILINE)
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{folder / 'krung.db'}?mode=ro",
+                                                uri=True)) as store:
+            envs = [env for (env,) in store.execute("SELECT env FROM runs")]
+    except sqlite3.Error:  # no store, or no runs in it: nothing to tell
+        envs = []
     steps: dict[str, list[float]] = {}
-    with contextlib.closing(sqlite3.connect(folder / "krung.db")) as store:
-        for (env,) in store.execute("SELECT env FROM runs"):
-            for step, seconds in (json.loads(env).get("before_rungs_s") or {}).items():
-                steps.setdefault(step, []).append(seconds)
+    for env in envs:
+        for step, seconds in (json.loads(env).get("before_rungs_s") or {}).items():
+            steps.setdefault(step, []).append(seconds)
     return {"judges_ready": handed.count("ready"), "judges_starting": handed.count("starting"),
             "before_rungs_median_s": {step: round(statistics.median(s), 2)
                                       for step, s in steps.items()}}

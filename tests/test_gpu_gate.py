@@ -262,6 +262,8 @@ def test_where_a_modes_time_went_is_the_median_of_its_runs_in_and_outside_the_ru
         f"median {sorted(walls)[2]:g} s, max {max(walls):g} s; in the rungs median "
         f"{sorted(inside)[2]:.1f} s, outside them {outside:.1f} s; "
         f"before the rungs (median s) problem_load {sorted(loads)[2]:.2f}")
+    hung = random.randint(200, 300)  # killed: no rungs told, so none of it counted outside
+    assert gate.where_time_went([{"wall_s": hung}]) == f"median {hung} s, max {hung} s"
 
 
 def test_a_suites_waits_are_read_from_its_service_log_and_its_runs(tmp_path):
@@ -280,6 +282,11 @@ def test_a_suites_waits_are_read_from_its_service_log_and_its_runs(tmp_path):
                  "--rungs", "static,compile,run,correctness", "--json", timeout=300,
                  env={"KRUNG_SERVICE": "on"})  # on two cores a suite starts none unasked
     assert done.code == 0, done.stderr
+    empty = tmp_path / "no_suite"  # a suite that recorded nothing: nothing told, no error
+    empty.mkdir()
+    assert _gate().suite_waits(empty) == {"judges_ready": 0, "judges_starting": 0,
+                                          "before_rungs_median_s": {}}
+    assert not (empty / "krung.db").exists()
     waits = _gate().suite_waits(tmp_path)
     assert waits["judges_ready"] + waits["judges_starting"] == 2, waits
     assert set(waits["before_rungs_median_s"]) == {"version_read", "device", "problem_load",

@@ -139,6 +139,35 @@ def test_redraw_replaces_defaults_and_keeps_positive_ones_positive():
     assert float(after["0.weight"].abs().max()) <= bound
 
 
+def test_redraw_in_place_gives_the_values_of_its_formula_bit_for_bit():
+    """redraw works in place on its noise (a 2 G-weight model's temporaries cost seconds of
+    every setup): the weights are what `default * (0.5 + noise)` and
+    `(2 * noise - 1) * bound` give, to the bit, for each floating dtype a model holds."""
+    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16,
+            torch.float16: torch.int16, torch.float64: torch.int64}
+    for dtype, as_int in bits.items():
+        seed = random.randrange(1 << 30)
+        shape = (random.randint(1, 300), random.randint(1, 70))
+        model = torch.nn.Module()
+        model.positive = torch.nn.Parameter((torch.rand(shape) + 0.1).to(dtype))
+        model.signed = torch.nn.Parameter((torch.randn(shape) * 0.3).to(dtype))
+        model.transposed = torch.nn.Parameter((torch.randn(shape) * 0.3).to(dtype).t())
+        model.zeros = torch.nn.Parameter(torch.zeros(shape[0], dtype=dtype))
+        model.register_buffer("scalar", torch.tensor(-random.random(), dtype=dtype))
+        defaults = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        redraw(model, torch.Generator().manual_seed(seed))
+        generator = torch.Generator().manual_seed(seed)  # the formula, as it stood
+        for name, value in model.state_dict().items():
+            default = defaults[name].float()
+            noise = torch.rand(default.shape, generator=generator)
+            if float(default.min()) > 0:
+                expected = default * (0.5 + noise)
+            else:
+                expected = (2 * noise - 1) * (float(default.abs().max()) or 0.5)
+            assert torch.equal(value.view(as_int), expected.to(dtype).view(as_int)), (
+                name, dtype, seed, shape)
+
+
 def honest(problem, tmp_path):
     """KernelBench's honest baseline: the problem's own source with `ModelNew = Model`."""
     path = tmp_path / "honest" / f"{problem.stem}.py"

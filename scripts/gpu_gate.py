@@ -60,6 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 # krung from this checkout, in every process the gate starts (as scripts/gpu_check.sh sets it)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
+sys.path.insert(0, str(REPO / "src"))  # and in this one (the suite's service log)
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 # The `gpu` test files, the longest first (Nsight Compute's replays, the roofline's
 # calibration, builds, whole problem sets): at the end they were what the gate's time did not
@@ -427,9 +428,9 @@ def suite_waits(folder: Path) -> dict:
     """Where a suite's runs waited before their first rung: how many judges its service
     handed out still starting (each costs its run torch's import and CUDA's start), and the
     median of each step the judges took before the first rung (from its store's runs)."""
-    log = folder / "service" / "service.log"
-    handed = re.findall(r"^judge \d+ handed out \((ready|starting)\)",
-                        log.read_text() if log.exists() else "", re.MULTILINE)
+    from krung.host import service
+
+    handed = [state for _, state in service.handed_out(folder / "krung.db")]
     try:
         with contextlib.closing(sqlite3.connect(f"file:{folder / 'krung.db'}?mode=ro",
                                                 uri=True)) as store:

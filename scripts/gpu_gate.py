@@ -201,7 +201,9 @@ def ladder_run(problem: str, version: str, passes: bool, mode: str, scratch: Pat
     row["error"] = (run.get("error") or "").splitlines()[0][:200] if run.get("error") else None
     # where a slow run's time went: its rungs, and the judge's steps before them
     if run.get("rungs"):  # a hung run's time is not outside its rungs: untold
-        row["in_rungs_s"] = round(sum(r.get("duration_s") or 0 for r in run["rungs"]), 1)
+        # to the millisecond, as the steps before them: a quick refusal's rungs take less
+        # than 0.05 s, which a tenth rounded away
+        row["in_rungs_s"] = round(sum(r.get("duration_s") or 0 for r in run["rungs"]), 3)
     row["before_rungs_s"] = (run.get("env") or {}).get("before_rungs_s")
     marks = crash_marks(store.parent / "runs" / run["run_id"]) if run.get("run_id") else []
     first = (run.get("env") or {}).get("first_try")
